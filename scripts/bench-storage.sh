@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Measures storage write throughput of every driver against a throw-away real etcd, in one run:
+# `rudder bench storage` with a fresh etcd and the local PostgreSQL. Extra arguments go to the
+# bench (e.g. --writers 64 --writes 10000).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+rudder_install_packages protobuf-compiler etcd-server etcd-client postgresql-client python3
+trap 'rudder_stop_etcd; rudder_stop_postgres' EXIT
+rudder_start_etcd
+rudder_start_postgres
+cargo build --release --locked
+echo "==> machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB"
+"$CARGO_TARGET_DIR/release/rudder" bench storage \
+  --etcd-endpoint "$RUDDER_ETCD_ENDPOINT" --postgres-url "$RUDDER_POSTGRES_URL" "$@"

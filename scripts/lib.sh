@@ -1,0 +1,94 @@
+# Shared by Rudder's scripts: installing system packages and starting throw-away test services.
+# Source it; it defines functions only.
+
+# Installs the Debian packages given, if any is missing.
+rudder_install_packages() {
+  local missing=()
+  for package in "$@"; do
+    dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "==> installing ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+# Prints a free TCP port on 127.0.0.1.
+rudder_free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+# Starts a throw-away etcd member; sets RUDDER_ETCD_ENDPOINT, RUDDER_ETCD_PID, RUDDER_ETCD_DIR.
+rudder_start_etcd() {
+  RUDDER_ETCD_DIR=$(mktemp -d /tmp/rudder-etcd.XXXXXX)
+  local client peer
+  client=$(rudder_free_port)
+  peer=$(rudder_free_port)
+  etcd --name rudder-test --data-dir "$RUDDER_ETCD_DIR/data" \
+    --listen-client-urls "http://127.0.0.1:$client" --advertise-client-urls "http://127.0.0.1:$client" \
+    --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
+    --initial-cluster "rudder-test=http://127.0.0.1:$peer" >"$RUDDER_ETCD_DIR/etcd.log" 2>&1 &
+  RUDDER_ETCD_PID=$!
+  RUDDER_ETCD_ENDPOINT="127.0.0.1:$client"
+  for _ in $(seq 1 100); do
+    if ETCDCTL_API=3 etcdctl --endpoints "$RUDDER_ETCD_ENDPOINT" endpoint health >/dev/null 2>&1; then
+      echo "==> etcd $(etcd --version | head -1 | awk '{print $3}') on $RUDDER_ETCD_ENDPOINT"
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "etcd did not become healthy; its log:" >&2
+  cat "$RUDDER_ETCD_DIR/etcd.log" >&2
+  return 1
+}
+
+rudder_stop_etcd() {
+  [ -n "${RUDDER_ETCD_PID:-}" ] && kill "$RUDDER_ETCD_PID" 2>/dev/null && wait "$RUDDER_ETCD_PID" 2>/dev/null
+  [ -n "${RUDDER_ETCD_DIR:-}" ] && rm -rf "$RUDDER_ETCD_DIR"
+  RUDDER_ETCD_PID=""
+}
+
+# Finds a PostgreSQL to use: the one answering on 127.0.0.1:5432 (as user postgres, trust
+# auth), else a throw-away cluster of our own. Sets RUDDER_POSTGRES_URL (and RUDDER_PG_DIR when
+# we started one).
+rudder_start_postgres() {
+  local database=rudder_test
+  if pg_isready -q -h 127.0.0.1 -p 5432 && psql -h 127.0.0.1 -U postgres -d postgres -Atc 'select 1' >/dev/null 2>&1; then
+    psql -h 127.0.0.1 -U postgres -d postgres -Atc "select 1 from pg_database where datname = '$database'" | grep -q 1 ||
+      psql -h 127.0.0.1 -U postgres -d postgres -qc "create database $database" >/dev/null
+    RUDDER_POSTGRES_URL="postgres://postgres@127.0.0.1:5432/$database"
+    echo "==> using the PostgreSQL on 127.0.0.1:5432"
+    return 0
+  fi
+  local bin
+  bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+  if [ -z "$bin" ]; then
+    rudder_install_packages postgresql
+    bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+  fi
+  local port
+  port=$(rudder_free_port)
+  RUDDER_PG_DIR=$(mktemp -d /tmp/rudder-pg.XXXXXX)
+  chown postgres "$RUDDER_PG_DIR"
+  runuser -u postgres -- "$bin/initdb" -D "$RUDDER_PG_DIR/data" -U postgres --auth=trust >/dev/null
+  runuser -u postgres -- "$bin/pg_ctl" -D "$RUDDER_PG_DIR/data" -l "$RUDDER_PG_DIR/log" -w \
+    -o "-p $port -k $RUDDER_PG_DIR -c listen_addresses=127.0.0.1" start >/dev/null
+  psql -h 127.0.0.1 -p "$port" -U postgres -d postgres -qc "create database $database" >/dev/null
+  RUDDER_POSTGRES_URL="postgres://postgres@127.0.0.1:$port/$database"
+  echo "==> started a throw-away PostgreSQL on 127.0.0.1:$port"
+}
+
+rudder_stop_postgres() {
+  if [ -n "${RUDDER_PG_DIR:-}" ]; then
+    local bin
+    bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+    runuser -u postgres -- "$bin/pg_ctl" -D "$RUDDER_PG_DIR/data" -m immediate stop >/dev/null 2>&1 || true
+    rm -rf "$RUDDER_PG_DIR"
+    RUDDER_PG_DIR=""
+  fi
+}
+
+# Cargo builds go to a target dir outside the clone, so CI runs reuse earlier builds.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/rudder-target}"

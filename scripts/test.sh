@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs Rudder's whole test suite. On a fresh machine it installs the system packages the tests
+# need, starts a throw-away etcd and finds (or starts) a PostgreSQL, runs every test against
+# them, and stops what it started. Extra arguments go to `cargo test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+rudder_install_packages protobuf-compiler etcd-server etcd-client postgresql-client python3
+trap 'rudder_stop_etcd; rudder_stop_postgres' EXIT
+rudder_start_etcd
+rudder_start_postgres
+
+export RUDDER_TEST_ETCD_ENDPOINT="$RUDDER_ETCD_ENDPOINT"
+export RUDDER_TEST_POSTGRES_URL="$RUDDER_POSTGRES_URL"
+echo "==> cargo test --workspace (target dir $CARGO_TARGET_DIR)"
+cargo test --workspace --locked "$@"

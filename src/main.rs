@@ -1,0 +1,92 @@
+//! The `rudder` binary: every Rudder component behind one CLI.
+//!
+//! Today it offers `version`, `storage check` (open a storage URL, apply migrations, print the
+//! store's status) and `bench storage` (write throughput of each driver side by side with real
+//! etcd). The apiserver (`rudder server`) and the etcd gateway come with their own issues.
+
+mod bench;
+mod storage_check;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Rudder: a Kubernetes control plane on an etcd-compatible storage interface.
+#[derive(Parser)]
+#[command(name = "rudder", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print Rudder's version and the storage drivers it has.
+    Version,
+    /// Storage tools.
+    Storage {
+        #[command(subcommand)]
+        command: StorageCommand,
+    },
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        command: BenchCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum StorageCommand {
+    /// Open a store, apply its migrations and print its status.
+    Check {
+        /// sqlite://PATH, postgres://USER@HOST:PORT/DB or etcd://HOST:PORT[,HOST:PORT…]
+        #[arg(long, env = "RUDDER_STORAGE")]
+        storage: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Write throughput of each storage driver, interleaved in one run, with ratios to etcd.
+    Storage(bench::StorageBenchArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Version => {
+                println!("rudder {}", env!("CARGO_PKG_VERSION"));
+                println!("storage drivers: sqlite, postgres, etcd");
+                Ok(())
+            }
+            Command::Storage {
+                command: StorageCommand::Check { storage },
+            } => storage_check::run(&storage).await,
+            Command::Bench {
+                command: BenchCommand::Storage(args),
+            } => bench::run(args).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

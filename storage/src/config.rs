@@ -1,0 +1,350 @@
+//! Storage URLs: which driver to open and its options.
+//!
+//! - `sqlite://PATH[?synchronous=normal|full]` (a relative PATH is relative to the working dir;
+//!   `sqlite:///abs/path` is absolute);
+//! - `postgres://user:pass@host:port/db?sslmode=verify-full&sslrootcert=ca.pem&schema=NAME&max_connections=N&connect_timeout=SECS&statement_timeout=MS`
+//!   (`postgresql://` too; every parameter sqlx understands is passed through);
+//! - `etcd://host:port[,host:port…][/key-prefix][?connect_timeout=SECS]`.
+//!
+//! Every driver also takes `compact_interval` (like `5m`, `30s`, `0` for off; default 5m) and
+//! `compact_retain` (revisions of history kept by background compaction; default 1000).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// A parsed storage URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StorageConfig {
+    pub driver: DriverConfig,
+    pub compaction: CompactionConfig,
+}
+
+/// The driver and its own options.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DriverConfig {
+    Sqlite(SqliteConfig),
+    Postgres(PostgresConfig),
+    Etcd(EtcdConfig),
+}
+
+/// Background compaction: every `interval`, compact to `current - retain`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompactionConfig {
+    /// Zero turns background compaction off.
+    pub interval: Duration,
+    pub retain: i64,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(300),
+            retain: 1000,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SqliteConfig {
+    pub path: PathBuf,
+    /// `PRAGMA synchronous`: `NORMAL` (default, as k3s/kine: durable across process crashes,
+    /// may lose the last commits on power loss) or `FULL` (fsync on every commit).
+    pub synchronous_full: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PostgresConfig {
+    /// The URL handed to sqlx, without Rudder's own parameters.
+    pub url: String,
+    /// Keep Rudder's tables in this schema (created if missing) instead of `public`.
+    pub schema: Option<String>,
+    pub max_connections: u32,
+    pub connect_timeout: Duration,
+    /// `statement_timeout` set on every connection, in milliseconds.
+    pub statement_timeout_ms: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdConfig {
+    pub endpoints: Vec<String>,
+    /// Prepended to every key, so several stores can share one etcd.
+    pub prefix: Vec<u8>,
+    pub connect_timeout: Duration,
+}
+
+impl StorageConfig {
+    /// Parses a storage URL; the error names what is wrong and what a good URL looks like.
+    pub fn parse(url: &str) -> Result<Self> {
+        let (scheme, rest) = url.split_once("://").ok_or_else(|| {
+            Error::Config(format!(
+                "storage URL {url:?} has no scheme: use sqlite://PATH, postgres://USER@HOST/DB or etcd://HOST:PORT"
+            ))
+        })?;
+        let (body, query) = match rest.split_once('?') {
+            Some((body, query)) => (body, query),
+            None => (rest, ""),
+        };
+        let mut params = Params::parse(query)?;
+        let compaction = CompactionConfig {
+            interval: match params.take("compact_interval") {
+                Some(text) => parse_duration(&text)?,
+                None => CompactionConfig::default().interval,
+            },
+            retain: match params.take("compact_retain") {
+                Some(text) => parse_number("compact_retain", &text)?,
+                None => CompactionConfig::default().retain,
+            },
+        };
+        let driver = match scheme {
+            "sqlite" => DriverConfig::Sqlite(sqlite(body, &mut params)?),
+            "postgres" | "postgresql" => DriverConfig::Postgres(postgres(scheme, body, &mut params)?),
+            "etcd" => DriverConfig::Etcd(etcd(body, &mut params)?),
+            other => {
+                return Err(Error::Config(format!(
+                    "unknown storage scheme {other:?} in {url:?}: use sqlite://, postgres:// or etcd://"
+                )))
+            }
+        };
+        if let DriverConfig::Etcd(_) | DriverConfig::Sqlite(_) = driver {
+            params.reject_rest(scheme)?;
+        }
+        Ok(Self { driver, compaction })
+    }
+}
+
+fn sqlite(body: &str, params: &mut Params) -> Result<SqliteConfig> {
+    if body.is_empty() {
+        return Err(Error::Config(
+            "sqlite:// URL has no path: use sqlite://relative/state.db or sqlite:///absolute/state.db".into(),
+        ));
+    }
+    let synchronous_full = match params.take("synchronous").as_deref() {
+        None | Some("normal") | Some("NORMAL") => false,
+        Some("full") | Some("FULL") => true,
+        Some(other) => {
+            return Err(Error::Config(format!(
+                "sqlite synchronous={other:?} is not supported: use normal or full"
+            )))
+        }
+    };
+    Ok(SqliteConfig {
+        path: PathBuf::from(body),
+        synchronous_full,
+    })
+}
+
+fn postgres(scheme: &str, body: &str, params: &mut Params) -> Result<PostgresConfig> {
+    let schema = params.take("schema");
+    if let Some(schema) = &schema {
+        let valid = !schema.is_empty()
+            && schema.len() <= 48
+            && schema
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            && !schema.starts_with(|c: char| c.is_ascii_digit());
+        if !valid {
+            return Err(Error::Config(format!(
+                "postgres schema {schema:?} is not valid: use up to 48 lowercase letters, digits and underscores, not starting with a digit"
+            )));
+        }
+    }
+    let max_connections = match params.take("max_connections") {
+        Some(text) => parse_number("max_connections", &text)?,
+        None => 10,
+    };
+    if max_connections < 1 {
+        return Err(Error::Config(
+            "postgres max_connections must be at least 1".into(),
+        ));
+    }
+    let connect_timeout = match params.take("connect_timeout") {
+        Some(text) => Duration::from_secs(parse_number("connect_timeout", &text)?),
+        None => Duration::from_secs(10),
+    };
+    let statement_timeout_ms = match params.take("statement_timeout") {
+        Some(text) => Some(parse_number("statement_timeout", &text)?),
+        None => None,
+    };
+    let rest = params.remaining();
+    let url = if rest.is_empty() {
+        format!("{scheme}://{body}")
+    } else {
+        format!("{scheme}://{body}?{rest}")
+    };
+    Ok(PostgresConfig {
+        url,
+        schema,
+        max_connections,
+        connect_timeout,
+        statement_timeout_ms,
+    })
+}
+
+fn etcd(body: &str, params: &mut Params) -> Result<EtcdConfig> {
+    let (hosts, prefix) = match body.split_once('/') {
+        Some((hosts, prefix)) => (hosts, prefix),
+        None => (body, ""),
+    };
+    let endpoints: Vec<String> = hosts
+        .split(',')
+        .filter(|host| !host.is_empty())
+        .map(|host| format!("http://{host}"))
+        .collect();
+    if endpoints.is_empty() {
+        return Err(Error::Config(
+            "etcd:// URL has no endpoint: use etcd://HOST:PORT[,HOST:PORT…]".into(),
+        ));
+    }
+    let prefix = if prefix.is_empty() {
+        Vec::new()
+    } else {
+        format!("/{prefix}").into_bytes()
+    };
+    let connect_timeout = match params.take("connect_timeout") {
+        Some(text) => Duration::from_secs(parse_number("connect_timeout", &text)?),
+        None => Duration::from_secs(10),
+    };
+    Ok(EtcdConfig {
+        endpoints,
+        prefix,
+        connect_timeout,
+    })
+}
+
+/// Query parameters, taken one by one; what no one takes is passed on (postgres) or rejected.
+struct Params(Vec<(String, String)>);
+
+impl Params {
+    fn parse(query: &str) -> Result<Self> {
+        let mut pairs = Vec::new();
+        for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            pairs.push((key.to_string(), value.to_string()));
+        }
+        Ok(Self(pairs))
+    }
+
+    fn take(&mut self, key: &str) -> Option<String> {
+        let index = self.0.iter().position(|(k, _)| k == key)?;
+        Some(self.0.remove(index).1)
+    }
+
+    fn remaining(&self) -> String {
+        self.0
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("&")
+    }
+
+    fn reject_rest(&self, scheme: &str) -> Result<()> {
+        match self.0.first() {
+            None => Ok(()),
+            Some((key, _)) => Err(Error::Config(format!(
+                "unknown {scheme}:// URL parameter {key:?}"
+            ))),
+        }
+    }
+}
+
+fn parse_number<T: std::str::FromStr>(name: &str, text: &str) -> Result<T> {
+    text.parse().map_err(|_| {
+        Error::Config(format!(
+            "URL parameter {name}={text:?} is not a valid number"
+        ))
+    })
+}
+
+/// `90`, `90s`, `500ms`, `5m`, `1h`; a bare number is seconds.
+pub fn parse_duration(text: &str) -> Result<Duration> {
+    let bad = || {
+        Error::Config(format!(
+            "duration {text:?} is not valid: use e.g. 500ms, 30s, 5m or 1h"
+        ))
+    };
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().map_err(|_| bad())?;
+    let millis = match unit {
+        "ms" => number,
+        "" | "s" => number * 1000,
+        "m" => number * 60_000,
+        "h" => number * 3_600_000,
+        _ => return Err(bad()),
+    };
+    Ok(Duration::from_millis(millis))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_urls_take_relative_and_absolute_paths() {
+        let config = StorageConfig::parse("sqlite:///var/lib/rudder/state.db").unwrap();
+        assert_eq!(
+            config.driver,
+            DriverConfig::Sqlite(SqliteConfig {
+                path: "/var/lib/rudder/state.db".into(),
+                synchronous_full: false
+            })
+        );
+        let config =
+            StorageConfig::parse("sqlite://data/state.db?synchronous=full&compact_interval=0")
+                .unwrap();
+        assert_eq!(
+            config.driver,
+            DriverConfig::Sqlite(SqliteConfig {
+                path: "data/state.db".into(),
+                synchronous_full: true
+            })
+        );
+        assert_eq!(config.compaction.interval, Duration::ZERO);
+    }
+
+    #[test]
+    fn postgres_urls_keep_sqlx_parameters_and_take_rudders_own() {
+        let config = StorageConfig::parse(
+            "postgres://u:p@db:5432/k8s?sslmode=verify-full&schema=one&max_connections=4&statement_timeout=5000&compact_retain=50",
+        )
+        .unwrap();
+        let DriverConfig::Postgres(pg) = config.driver else {
+            panic!("not postgres")
+        };
+        assert_eq!(pg.url, "postgres://u:p@db:5432/k8s?sslmode=verify-full");
+        assert_eq!(pg.schema.as_deref(), Some("one"));
+        assert_eq!(pg.max_connections, 4);
+        assert_eq!(pg.statement_timeout_ms, Some(5000));
+        assert_eq!(config.compaction.retain, 50);
+    }
+
+    #[test]
+    fn etcd_urls_take_several_endpoints_and_a_prefix() {
+        let config = StorageConfig::parse("etcd://a:2379,b:2379/tenant1").unwrap();
+        let DriverConfig::Etcd(etcd) = config.driver else {
+            panic!("not etcd")
+        };
+        assert_eq!(etcd.endpoints, vec!["http://a:2379", "http://b:2379"]);
+        assert_eq!(etcd.prefix, b"/tenant1".to_vec());
+    }
+
+    #[test]
+    fn bad_urls_say_what_to_write_instead() {
+        for (url, needle) in [
+            ("state.db", "no scheme"),
+            ("mysql://x", "unknown storage scheme"),
+            ("sqlite://", "no path"),
+            ("etcd://", "no endpoint"),
+            ("postgres://h/db?schema=Bad-Name", "not valid"),
+            ("sqlite://x.db?bogus=1", "unknown sqlite:// URL parameter"),
+            ("sqlite://x.db?compact_interval=5y", "duration"),
+        ] {
+            let error = StorageConfig::parse(url).unwrap_err().to_string();
+            assert!(error.contains(needle), "{url}: {error}");
+        }
+    }
+}

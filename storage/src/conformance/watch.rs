@@ -1,0 +1,256 @@
+//! Watch cases: start points, history replay, compaction, prev_kv, ordering under concurrency,
+//! and slow watchers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+
+use super::support::*;
+use crate::error::Error;
+use crate::testing::Harness;
+use crate::types::*;
+
+pub async fn watch_from_now_sees_only_later_writes(harness: &dyn Harness) {
+    let store = harness.open().await;
+    put(&*store, "/w/before", "old").await;
+    let mut stream = store
+        .watch(WatchRequest::new(KeyRange::prefix("/w/")))
+        .await
+        .unwrap();
+    let written = put(&*store, "/w/after", "new").await;
+    put(&*store, "/elsewhere", "ignored").await;
+    let events = collect(&mut stream, 1, WAIT).await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].kind, EventKind::Put);
+    assert_eq!(events[0].kv.key, b"/w/after");
+    assert_eq!(events[0].kv.mod_revision, written);
+    assert_eq!(events[0].kv.value, b"new");
+    assert_quiet(&mut stream, Duration::from_millis(300)).await;
+    store.close().await;
+}
+
+pub async fn watch_from_a_past_revision_replays_history(harness: &dyn Harness) {
+    let store = harness.open().await;
+    let first = put(&*store, "/h/a", "1").await;
+    put(&*store, "/h/b", "2").await;
+    put(&*store, "/other", "x").await;
+    put(&*store, "/h/a", "3").await;
+    let mut stream = store
+        .watch(WatchRequest::new(KeyRange::prefix("/h/")).from_revision(first))
+        .await
+        .unwrap();
+    let live = put(&*store, "/h/c", "4").await;
+    let events = collect(&mut stream, 4, WAIT).await;
+    let seen: Vec<(String, String)> = events
+        .iter()
+        .map(|e| {
+            (
+                key_string(&e.kv),
+                String::from_utf8_lossy(&e.kv.value).into_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [("/h/a", "1"), ("/h/b", "2"), ("/h/a", "3"), ("/h/c", "4")]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .to_vec()
+    );
+    assert_eq!(events[3].kv.mod_revision, live);
+    assert!(events
+        .windows(2)
+        .all(|w| w[0].kv.mod_revision < w[1].kv.mod_revision));
+    // Watching a single key from the middle of its history.
+    let mut single = store
+        .watch(WatchRequest::new(KeyRange::key("/h/a")).from_revision(first + 1))
+        .await
+        .unwrap();
+    let events = collect(&mut single, 1, WAIT).await;
+    assert_eq!(events[0].kv.value, b"3");
+    assert_quiet(&mut single, Duration::from_millis(300)).await;
+    store.close().await;
+}
+
+pub async fn watch_from_a_compacted_revision_fails(harness: &dyn Harness) {
+    let store = harness.open().await;
+    let first = put(&*store, "/wc", "1").await;
+    put(&*store, "/wc", "2").await;
+    let third = put(&*store, "/wc", "3").await;
+    store.compact(third).await.unwrap();
+    match store
+        .watch(WatchRequest::new(KeyRange::key("/wc")).from_revision(first))
+        .await
+    {
+        Err(Error::Compacted { .. }) => {}
+        Err(other) => panic!("expected Compacted, got {other}"),
+        Ok(mut stream) => match stream.next().await {
+            Some(Err(Error::Compacted { .. })) => {}
+            other => panic!("expected Compacted, got {other:?}"),
+        },
+    }
+    // From the compacted revision itself, and from now, watching still works.
+    let mut stream = store
+        .watch(WatchRequest::new(KeyRange::key("/wc")).from_revision(third))
+        .await
+        .unwrap();
+    let events = collect(&mut stream, 1, WAIT).await;
+    assert_eq!(events[0].kv.value, b"3");
+    let mut stream = store
+        .watch(WatchRequest::new(KeyRange::key("/wc")))
+        .await
+        .unwrap();
+    put(&*store, "/wc", "4").await;
+    assert_eq!(collect(&mut stream, 1, WAIT).await[0].kv.value, b"4");
+    store.close().await;
+}
+
+pub async fn watch_delivers_prev_kv_and_delete_revisions(harness: &dyn Harness) {
+    let store = harness.open().await;
+    let mut with_prev = store
+        .watch(WatchRequest::new(KeyRange::prefix("/p/")).with_prev_kv())
+        .await
+        .unwrap();
+    let mut without_prev = store
+        .watch(WatchRequest::new(KeyRange::prefix("/p/")))
+        .await
+        .unwrap();
+    let created = put(&*store, "/p/k", "v1").await;
+    let updated = put(&*store, "/p/k", "v2").await;
+    let DeleteOutcome::Deleted {
+        revision: deleted, ..
+    } = store.delete(b"/p/k", None).await.unwrap()
+    else {
+        panic!("delete")
+    };
+    let events = collect(&mut with_prev, 3, WAIT).await;
+    assert_eq!(events[0].kind, EventKind::Put);
+    assert_eq!(events[0].prev_kv, None, "a create has no previous state");
+    assert_eq!(events[0].kv.version, 1);
+    assert_eq!(events[1].kv.mod_revision, updated);
+    assert_eq!(events[1].kv.create_revision, created);
+    assert_eq!(events[1].kv.version, 2);
+    let prev = events[1].prev_kv.as_ref().expect("update carries prev_kv");
+    assert_eq!(
+        (prev.value.as_slice(), prev.mod_revision, prev.version),
+        (b"v1".as_slice(), created, 1)
+    );
+    assert_eq!(events[2].kind, EventKind::Delete);
+    assert_eq!(events[2].kv.key, b"/p/k");
+    assert_eq!(
+        events[2].kv.mod_revision, deleted,
+        "a delete event carries the delete's revision"
+    );
+    let prev = events[2].prev_kv.as_ref().expect("delete carries prev_kv");
+    assert_eq!(
+        (prev.value.as_slice(), prev.mod_revision),
+        (b"v2".as_slice(), updated)
+    );
+    let plain = collect(&mut without_prev, 3, WAIT).await;
+    assert!(plain.iter().all(|event| event.prev_kv.is_none()));
+    // Replayed history carries prev_kv too.
+    let mut replay = store
+        .watch(
+            WatchRequest::new(KeyRange::prefix("/p/"))
+                .from_revision(created)
+                .with_prev_kv(),
+        )
+        .await
+        .unwrap();
+    let replayed = collect(&mut replay, 3, WAIT).await;
+    assert_eq!(replayed, events);
+    store.close().await;
+}
+
+pub async fn watch_order_matches_commit_order_under_concurrent_writers(harness: &dyn Harness) {
+    let store = harness.open().await;
+    let start = revision(&*store).await + 1;
+    let mut stream = store
+        .watch(WatchRequest::new(KeyRange::prefix("/cw/")).from_revision(start))
+        .await
+        .unwrap();
+    let writers = 8;
+    let per_writer = 25;
+    let mut tasks = Vec::new();
+    for writer in 0..writers {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut revisions = Vec::new();
+            for i in 0..per_writer {
+                let key = format!("/cw/{writer}/{}", i % 5);
+                revisions.push(
+                    store
+                        .put(key.as_bytes(), format!("{i}").as_bytes(), 0)
+                        .await
+                        .unwrap(),
+                );
+            }
+            revisions
+        }));
+    }
+    let mut acknowledged = Vec::new();
+    for task in tasks {
+        acknowledged.extend(task.await.unwrap());
+    }
+    acknowledged.sort_unstable();
+    let events = collect(&mut stream, writers * per_writer, WAIT).await;
+    let delivered: Vec<Revision> = events.iter().map(|e| e.kv.mod_revision).collect();
+    assert_eq!(
+        delivered, acknowledged,
+        "every acknowledged write once, in revision order"
+    );
+    let expected: Vec<Revision> = (start..start + (writers * per_writer) as i64).collect();
+    assert_eq!(delivered, expected, "no gaps");
+    store.close().await;
+}
+
+pub async fn many_watchers_are_not_held_up_by_one_that_never_reads(harness: &dyn Harness) {
+    let store = harness.open().await;
+    let _stuck = store
+        .watch(WatchRequest::new(KeyRange::prefix("/s/")))
+        .await
+        .unwrap();
+    let mut readers = Vec::new();
+    for _ in 0..8 {
+        readers.push(
+            store
+                .watch(WatchRequest::new(KeyRange::prefix("/s/")))
+                .await
+                .unwrap(),
+        );
+    }
+    let writes = 1500;
+    let writer = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let mut tasks = Vec::new();
+            for lane in 0..16 {
+                let store = Arc::clone(&store);
+                tasks.push(tokio::spawn(async move {
+                    for i in (lane..writes).step_by(16) {
+                        store
+                            .put(format!("/s/{i}").as_bytes(), &[b'x'; 256], 0)
+                            .await
+                            .unwrap();
+                    }
+                }));
+            }
+            for task in tasks {
+                task.await.unwrap();
+            }
+        })
+    };
+    let mut counters = Vec::new();
+    for mut reader in readers {
+        counters.push(tokio::spawn(async move {
+            collect(&mut reader, writes, Duration::from_secs(60))
+                .await
+                .len()
+        }));
+    }
+    writer.await.unwrap();
+    for counter in counters {
+        assert_eq!(counter.await.unwrap(), writes);
+    }
+    store.close().await;
+}

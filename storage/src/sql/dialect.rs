@@ -1,0 +1,207 @@
+//! The SQL text of each database. The engine is the same for all of them: a dialect differs only
+//! in its statements (placeholders, locking, notification) and in how its errors are translated.
+//!
+//! Every statement is a `&'static str`, so nothing user-supplied is ever spliced into SQL.
+
+/// One database's statements.
+pub(crate) struct Dialect {
+    pub name: &'static str,
+    /// Opens a write transaction that excludes other writers.
+    pub begin_write: &'static str,
+    /// `(revision, compact_revision)`, locking the row inside a write transaction.
+    pub lock_meta: &'static str,
+    /// `(revision, compact_revision)`.
+    pub read_meta: &'static str,
+    /// `?1` revision.
+    pub set_revision: &'static str,
+    /// `?1` compact revision.
+    pub set_compact_revision: &'static str,
+    /// Latest row of key `?1`: `(key, value, create_revision, revision, version, lease, deleted)`.
+    pub latest_row: &'static str,
+    /// Live kvs in `[?1, ?2)` at revision `?3`, at most `?4`:
+    /// `(key, value, create_revision, revision, version, lease)`.
+    pub range_bounded: &'static str,
+    /// As `range_bounded` for keys `>= ?1`, with `?3`/`?4` kept in place (`?2` unused).
+    pub range_unbounded: &'static str,
+    /// Count of live kvs in `[?1, ?2)` at revision `?3`.
+    pub count_bounded: &'static str,
+    /// Count of live kvs `>= ?1` at revision `?3` (`?2` unused).
+    pub count_unbounded: &'static str,
+    /// Log rows with revision in `(?1, ?2]`, with the previous row's fields.
+    pub events_all: &'static str,
+    /// As `events_all`, limited to keys in `[?3, ?4)`.
+    pub events_bounded: &'static str,
+    /// As `events_all`, limited to keys `>= ?3` (`?4` unused).
+    pub events_unbounded: &'static str,
+    /// Deletes rows in revision window `[?2, ?3)` no longer needed at compact revision `?1`.
+    pub compact_window: &'static str,
+    /// Size of the database in bytes.
+    pub db_size: &'static str,
+    /// Server version string.
+    pub server_version: &'static str,
+    /// Grants lease `?1` with TTL `?2` expiring at `?3` (unix ms).
+    pub insert_lease: &'static str,
+    /// `(ttl, expires_at_ms)` of lease `?1`.
+    pub read_lease: &'static str,
+    /// Moves lease `?1`'s expiry to `?2`.
+    pub renew_lease: &'static str,
+    pub delete_lease: &'static str,
+    /// Ids of leases expired at `?1`.
+    pub expired_leases: &'static str,
+    pub list_leases: &'static str,
+    /// Keys currently attached to lease `?1`.
+    pub lease_keys: &'static str,
+    /// The `n`th (1-based) bind placeholder, for statements built with a variable number of
+    /// rows or keys (placeholders only: never data).
+    pub placeholder: fn(usize) -> String,
+    /// Tells other processes that revisions up to `?2` were committed (channel `?1`), if the
+    /// database can.
+    pub notify: Option<&'static str>,
+}
+
+pub(crate) const SQLITE: Dialect = Dialect {
+    name: "sqlite",
+    begin_write: "BEGIN IMMEDIATE",
+    lock_meta: "SELECT revision, compact_revision FROM rudder_meta WHERE id = 1",
+    read_meta: "SELECT revision, compact_revision FROM rudder_meta WHERE id = 1",
+    set_revision: "UPDATE rudder_meta SET revision = ?1 WHERE id = 1",
+    set_compact_revision: "UPDATE rudder_meta SET compact_revision = ?1 WHERE id = 1",
+    latest_row: "SELECT key, value, create_revision, revision, version, lease, deleted \
+        FROM rudder_log WHERE key = ?1 ORDER BY revision DESC LIMIT 1",
+    range_bounded: "SELECT l.key, l.value, l.create_revision, l.revision, l.version, l.lease \
+        FROM rudder_log l WHERE l.key >= ?1 AND l.key < ?2 AND l.revision <= ?3 AND l.deleted = 0 \
+        AND NOT EXISTS (SELECT 1 FROM rudder_log n WHERE n.key = l.key AND n.revision > l.revision AND n.revision <= ?3) \
+        ORDER BY l.key LIMIT ?4",
+    range_unbounded: "SELECT l.key, l.value, l.create_revision, l.revision, l.version, l.lease \
+        FROM rudder_log l WHERE l.key >= ?1 AND ?2 IS NOT NULL AND l.revision <= ?3 AND l.deleted = 0 \
+        AND NOT EXISTS (SELECT 1 FROM rudder_log n WHERE n.key = l.key AND n.revision > l.revision AND n.revision <= ?3) \
+        ORDER BY l.key LIMIT ?4",
+    count_bounded: "SELECT COUNT(*) FROM rudder_log l WHERE l.key >= ?1 AND l.key < ?2 AND l.revision <= ?3 AND l.deleted = 0 \
+        AND NOT EXISTS (SELECT 1 FROM rudder_log n WHERE n.key = l.key AND n.revision > l.revision AND n.revision <= ?3)",
+    count_unbounded: "SELECT COUNT(*) FROM rudder_log l WHERE l.key >= ?1 AND ?2 IS NOT NULL AND l.revision <= ?3 AND l.deleted = 0 \
+        AND NOT EXISTS (SELECT 1 FROM rudder_log n WHERE n.key = l.key AND n.revision > l.revision AND n.revision <= ?3)",
+    events_all: "SELECT l.revision, l.key, l.value, l.create_revision, l.version, l.lease, l.deleted, \
+        l.prev_revision, p.value, p.create_revision, p.version, p.lease, p.deleted \
+        FROM rudder_log l LEFT JOIN rudder_log p ON p.key = l.key AND p.revision = l.prev_revision \
+        WHERE l.revision > ?1 AND l.revision <= ?2 ORDER BY l.revision, l.sub",
+    events_bounded: "SELECT l.revision, l.key, l.value, l.create_revision, l.version, l.lease, l.deleted, \
+        l.prev_revision, p.value, p.create_revision, p.version, p.lease, p.deleted \
+        FROM rudder_log l LEFT JOIN rudder_log p ON p.key = l.key AND p.revision = l.prev_revision \
+        WHERE l.revision > ?1 AND l.revision <= ?2 AND l.key >= ?3 AND l.key < ?4 ORDER BY l.revision, l.sub",
+    events_unbounded: "SELECT l.revision, l.key, l.value, l.create_revision, l.version, l.lease, l.deleted, \
+        l.prev_revision, p.value, p.create_revision, p.version, p.lease, p.deleted \
+        FROM rudder_log l LEFT JOIN rudder_log p ON p.key = l.key AND p.revision = l.prev_revision \
+        WHERE l.revision > ?1 AND l.revision <= ?2 AND l.key >= ?3 AND ?4 IS NOT NULL ORDER BY l.revision, l.sub",
+    compact_window: "DELETE FROM rudder_log WHERE revision >= ?2 AND revision < ?3 AND revision < ?1 AND (deleted = 1 OR EXISTS \
+        (SELECT 1 FROM rudder_log n WHERE n.key = rudder_log.key AND n.revision > rudder_log.revision AND n.revision <= ?1))",
+    db_size: "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
+    server_version: "SELECT 'SQLite ' || sqlite_version()",
+    insert_lease: "INSERT INTO rudder_lease (id, ttl, expires_at_ms) VALUES (?1, ?2, ?3)",
+    read_lease: "SELECT ttl, expires_at_ms FROM rudder_lease WHERE id = ?1",
+    renew_lease: "UPDATE rudder_lease SET expires_at_ms = ?2 WHERE id = ?1",
+    delete_lease: "DELETE FROM rudder_lease WHERE id = ?1",
+    expired_leases: "SELECT id FROM rudder_lease WHERE expires_at_ms <= ?1",
+    list_leases: "SELECT id FROM rudder_lease ORDER BY id",
+    lease_keys: "SELECT l.key FROM rudder_log l WHERE l.lease = ?1 AND l.deleted = 0 \
+        AND NOT EXISTS (SELECT 1 FROM rudder_log n WHERE n.key = l.key AND n.revision > l.revision) ORDER BY l.key",
+    placeholder: |n| format!("?{n}"),
+    notify: None,
+};
+
+pub(crate) const POSTGRES: Dialect = Dialect {
+    name: "postgres",
+    begin_write: "BEGIN",
+    lock_meta: "SELECT revision, compact_revision FROM rudder_meta WHERE id = 1 FOR UPDATE",
+    read_meta: "SELECT revision, compact_revision FROM rudder_meta WHERE id = 1",
+    set_revision: "UPDATE rudder_meta SET revision = $1 WHERE id = 1",
+    set_compact_revision: "UPDATE rudder_meta SET compact_revision = $1 WHERE id = 1",
+    latest_row: "SELECT key, value, create_revision, revision, version, lease, deleted \
+        FROM rudder_log WHERE key = $1 ORDER BY revision DESC LIMIT 1",
+    range_bounded: "SELECT l.key, l.value, l.create_revision, l.revision, l.version, l.lease \
+        FROM rudder_log l WHERE l.key >= $1 AND l.key < $2 AND l.revision <= $3 AND l.deleted = 0 \
+        AND NOT EXISTS (SELECT 1 FROM rudder_log n WHERE n.key = l.key AND n.revision > l.revision AND n.revision <= $3) \
+        ORDER BY l.key LIMIT $4",
+    range_unbounded: "SELECT l.key, l.value, l.create_revision, l.revision, l.version, l.lease \
+        FROM rudder_log l WHERE l.key >= $1 AND $2::bytea IS NOT NULL AND l.revision <= $3 AND l.deleted = 0 \
+        AND NOT EXISTS (SELECT 1 FROM rudder_log n WHERE n.key = l.key AND n.revision > l.revision AND n.revision <= $3) \
+        ORDER BY l.key LIMIT $4",
+    count_bounded: "SELECT COUNT(*) FROM rudder_log l WHERE l.key >= $1 AND l.key < $2 AND l.revision <= $3 AND l.deleted = 0 \
+        AND NOT EXISTS (SELECT 1 FROM rudder_log n WHERE n.key = l.key AND n.revision > l.revision AND n.revision <= $3)",
+    count_unbounded: "SELECT COUNT(*) FROM rudder_log l WHERE l.key >= $1 AND $2::bytea IS NOT NULL AND l.revision <= $3 AND l.deleted = 0 \
+        AND NOT EXISTS (SELECT 1 FROM rudder_log n WHERE n.key = l.key AND n.revision > l.revision AND n.revision <= $3)",
+    events_all: "SELECT l.revision, l.key, l.value, l.create_revision, l.version, l.lease, l.deleted, \
+        l.prev_revision, p.value, p.create_revision, p.version, p.lease, p.deleted \
+        FROM rudder_log l LEFT JOIN rudder_log p ON p.key = l.key AND p.revision = l.prev_revision \
+        WHERE l.revision > $1 AND l.revision <= $2 ORDER BY l.revision, l.sub",
+    events_bounded: "SELECT l.revision, l.key, l.value, l.create_revision, l.version, l.lease, l.deleted, \
+        l.prev_revision, p.value, p.create_revision, p.version, p.lease, p.deleted \
+        FROM rudder_log l LEFT JOIN rudder_log p ON p.key = l.key AND p.revision = l.prev_revision \
+        WHERE l.revision > $1 AND l.revision <= $2 AND l.key >= $3 AND l.key < $4 ORDER BY l.revision, l.sub",
+    events_unbounded: "SELECT l.revision, l.key, l.value, l.create_revision, l.version, l.lease, l.deleted, \
+        l.prev_revision, p.value, p.create_revision, p.version, p.lease, p.deleted \
+        FROM rudder_log l LEFT JOIN rudder_log p ON p.key = l.key AND p.revision = l.prev_revision \
+        WHERE l.revision > $1 AND l.revision <= $2 AND l.key >= $3 AND $4::bytea IS NOT NULL ORDER BY l.revision, l.sub",
+    compact_window: "DELETE FROM rudder_log WHERE revision >= $2 AND revision < $3 AND revision < $1 AND (deleted = 1 OR EXISTS \
+        (SELECT 1 FROM rudder_log n WHERE n.key = rudder_log.key AND n.revision > rudder_log.revision AND n.revision <= $1))",
+    db_size: "SELECT (pg_total_relation_size('rudder_log') + pg_total_relation_size('rudder_meta') \
+        + pg_total_relation_size('rudder_lease'))::BIGINT",
+    server_version: "SELECT 'PostgreSQL ' || current_setting('server_version')",
+    insert_lease: "INSERT INTO rudder_lease (id, ttl, expires_at_ms) VALUES ($1, $2, $3)",
+    read_lease: "SELECT ttl, expires_at_ms FROM rudder_lease WHERE id = $1",
+    renew_lease: "UPDATE rudder_lease SET expires_at_ms = $2 WHERE id = $1",
+    delete_lease: "DELETE FROM rudder_lease WHERE id = $1",
+    expired_leases: "SELECT id FROM rudder_lease WHERE expires_at_ms <= $1",
+    list_leases: "SELECT id FROM rudder_lease ORDER BY id",
+    lease_keys: "SELECT l.key FROM rudder_log l WHERE l.lease = $1 AND l.deleted = 0 \
+        AND NOT EXISTS (SELECT 1 FROM rudder_log n WHERE n.key = l.key AND n.revision > l.revision) ORDER BY l.key",
+    placeholder: |n| format!("${n}"),
+    notify: Some("SELECT pg_notify($1, $2)"),
+};
+
+/// Columns of a log row, in `insert_row` order.
+pub(crate) const LOG_COLUMNS: &str =
+    "revision, sub, key, value, create_revision, prev_revision, version, lease, deleted";
+
+/// `INSERT` of `rows` log rows in one statement.
+pub(crate) fn insert_rows(dialect: &Dialect, rows: usize) -> String {
+    let mut sql = format!("INSERT INTO rudder_log ({LOG_COLUMNS}) VALUES ");
+    for row in 0..rows {
+        if row > 0 {
+            sql.push(',');
+        }
+        sql.push('(');
+        for column in 0..9 {
+            if column > 0 {
+                sql.push(',');
+            }
+            sql.push_str(&(dialect.placeholder)(row * 9 + column + 1));
+        }
+        sql.push(')');
+    }
+    sql
+}
+
+/// The latest rows (tombstones included) of `keys` keys, in one statement:
+/// `(key, value, create_revision, revision, version, lease, deleted)`.
+pub(crate) fn latest_rows(dialect: &Dialect, keys: usize) -> String {
+    let list: Vec<String> = (1..=keys).map(dialect.placeholder).collect();
+    format!(
+        "SELECT l.key, l.value, l.create_revision, l.revision, l.version, l.lease, l.deleted FROM rudder_log l \
+         WHERE l.key IN ({}) AND NOT EXISTS (SELECT 1 FROM rudder_log n WHERE n.key = l.key AND n.revision > l.revision)",
+        list.join(",")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_statements_use_each_dialects_placeholders() {
+        assert_eq!(
+            insert_rows(&POSTGRES, 2),
+            format!("INSERT INTO rudder_log ({LOG_COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9),($10,$11,$12,$13,$14,$15,$16,$17,$18)")
+        );
+        assert!(latest_rows(&SQLITE, 3).contains("IN (?1,?2,?3)"));
+    }
+}

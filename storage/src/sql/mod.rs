@@ -1,0 +1,476 @@
+//! The SQL drivers: one log-structured engine over SQLite and PostgreSQL.
+//!
+//! Every write appends rows to `rudder_log` (one per key written, all rows of a transaction at
+//! one revision); a key's latest row is its value, a tombstone row marks a delete, and
+//! compaction removes rows no revision at or above the compacted one can see. See
+//! `docs/storage-sql.md` for the flow. The dialects differ only in SQL text ([`dialect`]) and
+//! in how their errors are translated ([`translate`]).
+
+mod dialect;
+mod poller;
+mod reader;
+mod txn;
+mod writer;
+
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::Executor;
+use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::compaction::spawn_compactor;
+use crate::config::{CompactionConfig, PostgresConfig, SqliteConfig};
+use crate::error::{Error, Result};
+use crate::hub::Hub;
+use crate::interface::{Storage, WatchStream};
+use crate::types::*;
+use crate::watcher::watch_stream;
+use dialect::Dialect;
+use reader::{now_ms, LogHistory, Reader};
+use writer::{Job, Writer};
+
+/// How many recent events the hub keeps for watchers that start slightly in the past.
+const RING_EVENTS: usize = 10_000;
+
+static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
+static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
+
+/// A SQL-backed store (SQLite or PostgreSQL).
+pub struct SqlStore {
+    reader: Arc<Reader>,
+    jobs: mpsc::Sender<Job>,
+    hub: Arc<Hub>,
+    /// Wakes the log poller: after a local commit, or a notification from another process.
+    poke: Arc<Notify>,
+    shutdown: CancellationToken,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// Where the pools connect and what each new connection must run first.
+struct Connection {
+    options: AnyConnectOptions,
+    setup: Vec<String>,
+    max_readers: u32,
+    connect_timeout: Duration,
+}
+
+impl SqlStore {
+    /// Opens (creating if needed) a SQLite database file.
+    pub async fn open_sqlite(
+        config: &SqliteConfig,
+        compaction: &CompactionConfig,
+    ) -> Result<Arc<Self>> {
+        if let Some(parent) = config.path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|error| {
+                Error::Config(format!(
+                    "cannot create the directory {} for the SQLite database: {error}",
+                    parent.display()
+                ))
+            })?;
+        }
+        let url = format!("sqlite://{}?mode=rwc", config.path.display());
+        let options =
+            AnyConnectOptions::from_str(&url).map_err(|error| Error::Config(error.to_string()))?;
+        let synchronous = if config.synchronous_full {
+            "FULL"
+        } else {
+            "NORMAL"
+        };
+        let connection = Connection {
+            options,
+            setup: vec![
+                "PRAGMA journal_mode = WAL".into(),
+                format!("PRAGMA synchronous = {synchronous}"),
+                "PRAGMA busy_timeout = 30000".into(),
+            ],
+            max_readers: 8,
+            connect_timeout: Duration::from_secs(30),
+        };
+        Self::open(
+            &dialect::SQLITE,
+            connection,
+            &SQLITE_MIGRATIONS,
+            String::new(),
+            Duration::from_secs(1),
+            compaction,
+        )
+        .await
+    }
+
+    /// Opens a PostgreSQL database (and schema), applying migrations.
+    pub async fn open_postgres(
+        config: &PostgresConfig,
+        compaction: &CompactionConfig,
+    ) -> Result<Arc<Self>> {
+        let options = AnyConnectOptions::from_str(&config.url).map_err(|error| {
+            Error::Config(format!("postgres URL is not valid ({error}): use postgres://USER:PASSWORD@HOST:PORT/DATABASE"))
+        })?;
+        let mut setup = Vec::new();
+        if let Some(schema) = &config.schema {
+            setup.push(format!("CREATE SCHEMA IF NOT EXISTS {schema}"));
+            setup.push(format!("SET search_path TO {schema}"));
+        }
+        if let Some(ms) = config.statement_timeout_ms {
+            setup.push(format!("SET statement_timeout = {ms}"));
+        }
+        let channel = format!("rudder_{}", config.schema.as_deref().unwrap_or("public"));
+        let connection = Connection {
+            options,
+            setup,
+            max_readers: config.max_connections.saturating_sub(1).max(1),
+            connect_timeout: config.connect_timeout,
+        };
+        let store = Self::open(
+            &dialect::POSTGRES,
+            connection,
+            &POSTGRES_MIGRATIONS,
+            channel.clone(),
+            Duration::from_millis(250),
+            compaction,
+        )
+        .await?;
+        let listener = poller::listen(
+            config.url.clone(),
+            channel,
+            store.poke.clone(),
+            store.shutdown.clone(),
+        );
+        store.track(tokio::spawn(listener));
+        Ok(store)
+    }
+
+    async fn open(
+        dialect: &'static Dialect,
+        connection: Connection,
+        migrations: &'static sqlx::migrate::Migrator,
+        channel: String,
+        poll_interval: Duration,
+        compaction: &CompactionConfig,
+    ) -> Result<Arc<Self>> {
+        sqlx::any::install_default_drivers();
+        probe(dialect, &connection).await?;
+        let setup = Arc::new(connection.setup);
+        let pool_options = |max: u32| {
+            let setup = setup.clone();
+            AnyPoolOptions::new()
+                .max_connections(max)
+                .acquire_timeout(connection.connect_timeout)
+                .after_connect(move |conn, _| {
+                    let setup = setup.clone();
+                    Box::pin(async move {
+                        for statement in setup.iter() {
+                            conn.execute(statement.as_str()).await?;
+                        }
+                        Ok(())
+                    })
+                })
+        };
+        let write_pool = pool_options(1)
+            .connect_with(connection.options.clone())
+            .await
+            .map_err(translate)?;
+        migrations
+            .run(&write_pool)
+            .await
+            .map_err(|error| Error::backend("applying migrations failed", error))?;
+        let read_pool = pool_options(connection.max_readers)
+            .connect_with(connection.options)
+            .await
+            .map_err(translate)?;
+
+        let reader = Arc::new(Reader {
+            pool: read_pool,
+            dialect,
+        });
+        let meta = reader.meta().await?;
+        let hub = Hub::new(meta.revision, RING_EVENTS);
+        let shutdown = CancellationToken::new();
+        let committed = Arc::new(Notify::new());
+        let (jobs, receiver) = mpsc::channel(4096);
+        let writer = Writer {
+            pool: write_pool,
+            dialect,
+            jobs: receiver,
+            committed: committed.clone(),
+            channel,
+            shutdown: shutdown.clone(),
+        };
+        let store = Arc::new(Self {
+            reader: reader.clone(),
+            jobs,
+            hub: hub.clone(),
+            poke: committed.clone(),
+            shutdown: shutdown.clone(),
+            tasks: Mutex::new(Vec::new()),
+        });
+        store.track(tokio::spawn(writer.run()));
+        let poller = poller::Poller {
+            reader,
+            hub,
+            poke: committed,
+            interval: poll_interval,
+            shutdown: shutdown.clone(),
+        };
+        store.track(tokio::spawn(poller.run(meta.revision)));
+        store.track(tokio::spawn(expire_leases(
+            Arc::downgrade(&store),
+            shutdown.clone(),
+        )));
+        store.track(spawn_compactor(
+            Arc::downgrade(&store),
+            compaction.clone(),
+            shutdown,
+        ));
+        Ok(store)
+    }
+
+    fn track(&self, task: JoinHandle<()>) {
+        self.tasks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(task);
+    }
+
+    async fn submit<T>(&self, make: impl FnOnce(oneshot::Sender<Result<T>>) -> Job) -> Result<T> {
+        let (reply, response) = oneshot::channel();
+        self.jobs
+            .send(make(reply))
+            .await
+            .map_err(|_| Error::Closed)?;
+        response.await.map_err(|_| Error::Closed)?
+    }
+}
+
+/// Drops the schema a PostgreSQL URL names, or Rudder's tables when it names none.
+pub(crate) async fn wipe_postgres(config: &PostgresConfig) -> Result<()> {
+    use sqlx::Connection as _;
+    sqlx::any::install_default_drivers();
+    let mut conn = sqlx::AnyConnection::connect(&config.url)
+        .await
+        .map_err(translate)?;
+    let statements = match &config.schema {
+        Some(schema) => vec![format!("DROP SCHEMA IF EXISTS {schema} CASCADE")],
+        None => [
+            "rudder_log",
+            "rudder_meta",
+            "rudder_lease",
+            "_sqlx_migrations",
+        ]
+        .iter()
+        .map(|table| format!("DROP TABLE IF EXISTS {table}"))
+        .collect(),
+    };
+    for statement in statements {
+        conn.execute(statement.as_str()).await.map_err(translate)?;
+    }
+    let _ = conn.close().await;
+    Ok(())
+}
+
+/// Connects once, directly, so that an unreachable server or bad credentials are reported with
+/// their real cause (a pool would only say it timed out) and a hint at the fix.
+async fn probe(dialect: &Dialect, connection: &Connection) -> Result<()> {
+    use sqlx::ConnectOptions;
+    let attempt =
+        tokio::time::timeout(connection.connect_timeout, connection.options.connect()).await;
+    let failure = match attempt {
+        Ok(Ok(conn)) => {
+            let _ = sqlx::Connection::close(conn).await;
+            return Ok(());
+        }
+        Ok(Err(error)) => error.to_string(),
+        Err(_) => format!("no answer within {:?}", connection.connect_timeout),
+    };
+    let hint = match dialect.name {
+        "postgres" if failure.contains("password") || failure.contains("authentication") || failure.contains("role") => {
+            "check the user and password in the URL (postgres://USER:PASSWORD@HOST:PORT/DATABASE)"
+        }
+        "postgres" if failure.contains("does not exist") => {
+            "create the database first (createdb NAME) or name an existing one in the URL"
+        }
+        "postgres" if failure.contains("certificate") || failure.contains("tls") || failure.contains("TLS") => {
+            "check sslmode and sslrootcert in the URL: the server's certificate must verify against the root CA"
+        }
+        "postgres" => "check that PostgreSQL is running and reachable at the URL's host and port",
+        _ => "check that the directory exists and is writable",
+    };
+    Err(Error::Unavailable {
+        message: format!("cannot open {} storage: {failure}; {hint}", dialect.name),
+        source: None,
+    })
+}
+
+/// Revokes expired leases, a few times a second.
+async fn expire_leases(store: std::sync::Weak<SqlStore>, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+        }
+        let Some(store) = store.upgrade() else { return };
+        let expired = match store
+            .reader
+            .ids(store.reader.dialect.expired_leases, Some(now_ms()))
+            .await
+        {
+            Ok(expired) => expired,
+            Err(error) => {
+                tracing::warn!(%error, "listing expired leases failed");
+                continue;
+            }
+        };
+        for id in expired {
+            match store
+                .submit(|reply| Job::LeaseRevoke {
+                    id,
+                    expired_only: true,
+                    reply,
+                })
+                .await
+            {
+                Ok(()) | Err(Error::LeaseNotFound(_)) => {}
+                Err(error) => {
+                    tracing::warn!(%error, lease = id, "revoking an expired lease failed")
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Storage for SqlStore {
+    async fn range(&self, request: RangeRequest) -> Result<RangeResponse> {
+        self.reader.range(&request).await
+    }
+
+    async fn txn(&self, request: TxnRequest) -> Result<TxnResponse> {
+        self.submit(|reply| Job::Txn { request, reply }).await
+    }
+
+    async fn watch(&self, request: WatchRequest) -> Result<WatchStream> {
+        let meta = self.reader.meta().await?;
+        let from = if request.start_revision <= 0 {
+            meta.revision + 1
+        } else {
+            request.start_revision
+        };
+        if from < meta.compact_revision {
+            return Err(Error::Compacted {
+                requested: from,
+                compacted: meta.compact_revision,
+            });
+        }
+        let history = Arc::new(LogHistory(self.reader.clone()));
+        Ok(watch_stream(self.hub.clone(), history, request, from))
+    }
+
+    async fn compact(&self, revision: Revision) -> Result<()> {
+        self.submit(|reply| Job::Compact { revision, reply }).await
+    }
+
+    async fn lease_grant(&self, ttl: i64, id: LeaseId) -> Result<Lease> {
+        if ttl <= 0 {
+            return Err(Error::InvalidArgument(format!(
+                "lease TTL must be positive, got {ttl}"
+            )));
+        }
+        let id = if id == 0 {
+            rand::random::<i64>().abs().max(1)
+        } else {
+            id
+        };
+        self.submit(|reply| Job::LeaseGrant { id, ttl, reply })
+            .await
+    }
+
+    async fn lease_keep_alive(&self, id: LeaseId) -> Result<i64> {
+        self.submit(|reply| Job::LeaseKeepAlive { id, reply }).await
+    }
+
+    async fn lease_revoke(&self, id: LeaseId) -> Result<()> {
+        self.submit(|reply| Job::LeaseRevoke {
+            id,
+            expired_only: false,
+            reply,
+        })
+        .await
+    }
+
+    async fn lease_time_to_live(&self, id: LeaseId, keys: bool) -> Result<LeaseInfo> {
+        let Some((granted_ttl, expires_at)) = self.reader.lease(id).await? else {
+            return Err(Error::LeaseNotFound(id));
+        };
+        let remaining_ms = expires_at - now_ms();
+        if remaining_ms <= 0 {
+            return Err(Error::LeaseNotFound(id));
+        }
+        let keys = if keys {
+            self.reader.lease_keys(id).await?
+        } else {
+            Vec::new()
+        };
+        Ok(LeaseInfo {
+            id,
+            ttl: (remaining_ms + 999) / 1000,
+            granted_ttl,
+            keys,
+        })
+    }
+
+    async fn lease_list(&self) -> Result<Vec<LeaseId>> {
+        self.reader.ids(self.reader.dialect.list_leases, None).await
+    }
+
+    async fn status(&self) -> Result<Status> {
+        let meta = self.reader.meta().await?;
+        Ok(Status {
+            driver: self.reader.dialect.name.to_string(),
+            revision: meta.revision,
+            compact_revision: meta.compact_revision,
+            db_size_bytes: self.reader.db_size().await?,
+            server_version: self.reader.server_version().await?,
+        })
+    }
+
+    async fn close(&self) {
+        self.shutdown.cancel();
+        self.hub.close();
+        let tasks: Vec<_> = std::mem::take(
+            &mut *self
+                .tasks
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+        for task in tasks {
+            let _ = task.await;
+        }
+        self.reader.pool.close().await;
+    }
+}
+
+/// Translates a sqlx error into the storage error: connection trouble is `Unavailable`,
+/// everything else a backend error.
+pub(crate) fn translate(error: sqlx::Error) -> Error {
+    match &error {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed => Error::unavailable(error.to_string(), error),
+        sqlx::Error::Database(db) => {
+            let message = db.message().to_string();
+            let code = db.code().map(|c| c.to_string()).unwrap_or_default();
+            // PostgreSQL: 28xxx authentication, 3D000 unknown database, 57P0x shutdown.
+            if code.starts_with("28") || code == "3D000" || code.starts_with("57P") {
+                Error::unavailable(format!("{message} (SQLSTATE {code})"), error)
+            } else {
+                Error::backend(message, error)
+            }
+        }
+        _ => Error::backend(error.to_string(), error),
+    }
+}

@@ -1,0 +1,375 @@
+//! Reads of the log: ranges at a revision, the event log for watches, leases, metadata. The
+//! functions that take a connection serve both the read pool and the writer's transaction.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use sqlx::any::AnyRow;
+use sqlx::Row;
+use sqlx::{AnyConnection, AnyPool};
+
+use super::dialect::Dialect;
+use super::translate;
+use crate::error::{Error, Result};
+use crate::hub::Committed;
+use crate::types::*;
+use crate::watcher::History;
+
+/// The store's counters, as in `rudder_meta`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Meta {
+    pub revision: Revision,
+    pub compact_revision: Revision,
+}
+
+/// The latest row of a key, tombstone or not.
+#[derive(Clone, Debug)]
+pub(crate) struct LatestRow {
+    pub kv: KeyValue,
+    pub deleted: bool,
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+pub(crate) async fn read_meta(conn: &mut AnyConnection, sql: &'static str) -> Result<Meta> {
+    let row = sqlx::query(sql)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(translate)?;
+    Ok(Meta {
+        revision: row.try_get(0).map_err(translate)?,
+        compact_revision: row.try_get(1).map_err(translate)?,
+    })
+}
+
+/// `(key, value, create_revision, mod_revision, version, lease)` columns 0..6.
+fn kv_from_row(row: &AnyRow) -> Result<KeyValue> {
+    Ok(KeyValue {
+        key: row.try_get(0).map_err(translate)?,
+        value: row.try_get(1).map_err(translate)?,
+        create_revision: row.try_get(2).map_err(translate)?,
+        mod_revision: row.try_get(3).map_err(translate)?,
+        version: row.try_get(4).map_err(translate)?,
+        lease: row.try_get(5).map_err(translate)?,
+    })
+}
+
+/// SQL bounds of a key range: `(start, end, bounded)`; a single key is `[key, key\0)`.
+fn bounds(range: &KeyRange) -> (Vec<u8>, Vec<u8>, bool) {
+    if range.is_single_key() {
+        let mut end = range.start.clone();
+        end.push(0);
+        (range.start.clone(), end, true)
+    } else if range.is_unbounded() {
+        (range.start.clone(), vec![0], false)
+    } else {
+        (range.start.clone(), range.end.clone(), true)
+    }
+}
+
+/// A range read at `revision` on `conn`; the caller has checked the revision and fills the
+/// response's header revision.
+pub(crate) async fn range_at(
+    conn: &mut AnyConnection,
+    dialect: &Dialect,
+    request: &RangeRequest,
+    revision: Revision,
+) -> Result<RangeResponse> {
+    let (start, end, bounded) = bounds(&request.range);
+    let count_sql = if bounded {
+        dialect.count_bounded
+    } else {
+        dialect.count_unbounded
+    };
+    if request.count_only {
+        let count = count_at(conn, count_sql, &start, &end, revision).await?;
+        return Ok(RangeResponse {
+            count,
+            ..RangeResponse::default()
+        });
+    }
+    let fetch = if request.limit > 0 {
+        request.limit.saturating_add(1)
+    } else {
+        i64::MAX
+    };
+    let rows = sqlx::query(if bounded {
+        dialect.range_bounded
+    } else {
+        dialect.range_unbounded
+    })
+    .bind(start.clone())
+    .bind(end.clone())
+    .bind(revision)
+    .bind(fetch)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(translate)?;
+    let mut kvs = rows.iter().map(kv_from_row).collect::<Result<Vec<_>>>()?;
+    let more = request.limit > 0 && kvs.len() as i64 > request.limit;
+    if more {
+        kvs.truncate(request.limit as usize);
+    }
+    if request.keys_only {
+        kvs.iter_mut().for_each(|kv| kv.value.clear());
+    }
+    let count = if more {
+        count_at(conn, count_sql, &start, &end, revision).await?
+    } else {
+        kvs.len() as i64
+    };
+    Ok(RangeResponse {
+        kvs,
+        more,
+        count,
+        revision,
+    })
+}
+
+async fn count_at(
+    conn: &mut AnyConnection,
+    sql: &'static str,
+    start: &[u8],
+    end: &[u8],
+    revision: Revision,
+) -> Result<i64> {
+    let row = sqlx::query(sql)
+        .bind(start.to_vec())
+        .bind(end.to_vec())
+        .bind(revision)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(translate)?;
+    row.try_get::<i64, _>(0).map_err(translate)
+}
+
+/// Log rows in `(after, upto]` (optionally within `range`), grouped by revision, with prev_kv.
+pub(crate) async fn events_between(
+    conn: &mut AnyConnection,
+    dialect: &Dialect,
+    range: Option<&KeyRange>,
+    after: Revision,
+    upto: Revision,
+) -> Result<Vec<Committed>> {
+    let query = match range.map(bounds) {
+        None => sqlx::query(dialect.events_all).bind(after).bind(upto),
+        Some((start, end, bounded)) => sqlx::query(if bounded {
+            dialect.events_bounded
+        } else {
+            dialect.events_unbounded
+        })
+        .bind(after)
+        .bind(upto)
+        .bind(start)
+        .bind(end),
+    };
+    let rows = query.fetch_all(&mut *conn).await.map_err(translate)?;
+    let mut committed: Vec<Committed> = Vec::new();
+    for row in rows {
+        let revision: i64 = row.try_get(0).map_err(translate)?;
+        let key: Vec<u8> = row.try_get(1).map_err(translate)?;
+        let deleted: i64 = row.try_get(6).map_err(translate)?;
+        let prev_revision: i64 = row.try_get(7).map_err(translate)?;
+        let prev_value: Option<Vec<u8>> = row.try_get(8).map_err(translate)?;
+        let prev_deleted: Option<i64> = row.try_get(12).map_err(translate)?;
+        let prev_kv = match (prev_value, prev_deleted) {
+            (Some(value), Some(0)) => Some(KeyValue {
+                key: key.clone(),
+                value,
+                create_revision: row.try_get(9).map_err(translate)?,
+                mod_revision: prev_revision,
+                version: row.try_get(10).map_err(translate)?,
+                lease: row.try_get(11).map_err(translate)?,
+            }),
+            _ => None,
+        };
+        let event = if deleted != 0 {
+            Event {
+                kind: EventKind::Delete,
+                kv: KeyValue {
+                    key,
+                    mod_revision: revision,
+                    ..KeyValue::default()
+                },
+                prev_kv,
+            }
+        } else {
+            Event {
+                kind: EventKind::Put,
+                kv: KeyValue {
+                    key,
+                    value: row.try_get(2).map_err(translate)?,
+                    create_revision: row.try_get(3).map_err(translate)?,
+                    mod_revision: revision,
+                    version: row.try_get(4).map_err(translate)?,
+                    lease: row.try_get(5).map_err(translate)?,
+                },
+                prev_kv,
+            }
+        };
+        match committed.last_mut() {
+            Some(last) if last.revision == revision => last.events.push(event),
+            _ => committed.push(Committed {
+                revision,
+                events: vec![event],
+            }),
+        }
+    }
+    Ok(committed)
+}
+
+/// Reads through the read pool.
+pub(crate) struct Reader {
+    pub pool: AnyPool,
+    pub dialect: &'static Dialect,
+}
+
+impl Reader {
+    async fn conn(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Any>> {
+        self.pool.acquire().await.map_err(translate)
+    }
+
+    pub async fn meta(&self) -> Result<Meta> {
+        let mut conn = self.conn().await?;
+        read_meta(&mut conn, self.dialect.read_meta).await
+    }
+
+    /// Checks a requested revision against the store's counters.
+    pub fn check_revision(meta: Meta, requested: Revision) -> Result<Revision> {
+        if requested <= 0 {
+            return Ok(meta.revision);
+        }
+        if requested > meta.revision {
+            return Err(Error::FutureRevision {
+                requested,
+                current: meta.revision,
+            });
+        }
+        if requested < meta.compact_revision {
+            return Err(Error::Compacted {
+                requested,
+                compacted: meta.compact_revision,
+            });
+        }
+        Ok(requested)
+    }
+
+    pub async fn range(&self, request: &RangeRequest) -> Result<RangeResponse> {
+        let mut conn = self.conn().await?;
+        let meta = read_meta(&mut conn, self.dialect.read_meta).await?;
+        let revision = Self::check_revision(meta, request.revision)?;
+        let mut response = range_at(&mut conn, self.dialect, request, revision).await?;
+        if request.revision > 0 {
+            // Compaction may have run while we read: the rows of a compacted revision are not
+            // trustworthy, so report it as compacted.
+            let after = read_meta(&mut conn, self.dialect.read_meta).await?;
+            if revision < after.compact_revision {
+                return Err(Error::Compacted {
+                    requested: revision,
+                    compacted: after.compact_revision,
+                });
+            }
+        }
+        response.revision = meta.revision;
+        Ok(response)
+    }
+
+    pub async fn events(
+        &self,
+        range: Option<&KeyRange>,
+        after: Revision,
+        upto: Revision,
+    ) -> Result<Vec<Committed>> {
+        let mut conn = self.conn().await?;
+        events_between(&mut conn, self.dialect, range, after, upto).await
+    }
+
+    pub async fn db_size(&self) -> Result<i64> {
+        let row = sqlx::query(self.dialect.db_size)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(translate)?;
+        row.try_get(0).map_err(translate)
+    }
+
+    pub async fn server_version(&self) -> Result<String> {
+        let row = sqlx::query(self.dialect.server_version)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(translate)?;
+        row.try_get(0).map_err(translate)
+    }
+
+    /// `(ttl, expires_at_ms)` of a lease.
+    pub async fn lease(&self, id: LeaseId) -> Result<Option<(i64, i64)>> {
+        let row = sqlx::query(self.dialect.read_lease)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(translate)?;
+        match row {
+            None => Ok(None),
+            Some(row) => Ok(Some((
+                row.try_get(0).map_err(translate)?,
+                row.try_get(1).map_err(translate)?,
+            ))),
+        }
+    }
+
+    pub async fn lease_keys(&self, id: LeaseId) -> Result<Vec<Vec<u8>>> {
+        let rows = sqlx::query(self.dialect.lease_keys)
+            .bind(id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(translate)?;
+        rows.iter()
+            .map(|row| row.try_get(0).map_err(translate))
+            .collect()
+    }
+
+    pub async fn ids(&self, sql: &'static str, bind: Option<i64>) -> Result<Vec<LeaseId>> {
+        let mut query = sqlx::query(sql);
+        if let Some(value) = bind {
+            query = query.bind(value);
+        }
+        let rows = query.fetch_all(&self.pool).await.map_err(translate)?;
+        rows.iter()
+            .map(|row| row.try_get(0).map_err(translate))
+            .collect()
+    }
+}
+
+/// The log as watch history: checks compaction, then reads the window.
+pub(crate) struct LogHistory(pub std::sync::Arc<Reader>);
+
+#[async_trait]
+impl History for LogHistory {
+    async fn events(
+        &self,
+        range: &KeyRange,
+        after: Revision,
+        upto: Revision,
+    ) -> Result<Vec<Committed>> {
+        let meta = self.0.meta().await?;
+        if after + 1 < meta.compact_revision {
+            return Err(Error::Compacted {
+                requested: after + 1,
+                compacted: meta.compact_revision,
+            });
+        }
+        let events = self.0.events(Some(range), after, upto).await?;
+        let again = self.0.meta().await?;
+        if after + 1 < again.compact_revision {
+            return Err(Error::Compacted {
+                requested: after + 1,
+                compacted: again.compact_revision,
+            });
+        }
+        Ok(events)
+    }
+}

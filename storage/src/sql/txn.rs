@@ -1,0 +1,578 @@
+//! Applies jobs inside the writer's SQL transaction.
+//!
+//! A [`Batch`] is the state of one database transaction: the latest row of every key it has
+//! looked at or written (a cache, filled for a whole batch by one query up front), and the log
+//! rows written but not yet sent to the database. Single-key work (creates, CAS updates and
+//! deletes: nearly everything the apiserver does) runs from the cache, so a batch of N such
+//! transactions costs a handful of statements, not several per transaction. Pending rows are
+//! flushed with multi-row inserts before any range query and before commit.
+//!
+//! All writes of one etcd transaction share one new revision, numbered by `sub`; as in etcd,
+//! every compare of a transaction (nested ones included) sees the state before its writes,
+//! while its range reads see its own earlier writes.
+
+use std::collections::HashMap;
+
+use sqlx::{AnyConnection, Row};
+
+use super::dialect::{insert_rows, latest_rows, Dialect};
+use super::reader::{now_ms, range_at, LatestRow};
+use super::translate;
+use crate::error::{Error, Result};
+use crate::types::*;
+
+/// Keys per prefetch query; rows per insert statement.
+const KEYS_PER_QUERY: usize = 500;
+const ROWS_PER_INSERT: usize = 100;
+
+/// A log row to write.
+#[derive(Clone, Debug)]
+struct LogRow {
+    revision: Revision,
+    sub: i64,
+    key: Vec<u8>,
+    value: Vec<u8>,
+    create_revision: Revision,
+    prev_revision: Revision,
+    version: i64,
+    lease: LeaseId,
+    deleted: bool,
+}
+
+/// One database transaction's worth of jobs.
+pub(crate) struct Batch<'c> {
+    pub conn: &'c mut AnyConnection,
+    pub dialect: &'static Dialect,
+    /// The store's revision after the jobs applied so far.
+    pub revision: Revision,
+    pub compact_revision: Revision,
+    /// Latest row per key (`None`: the key never existed), including pending writes.
+    cache: HashMap<Vec<u8>, Option<LatestRow>>,
+    pending: Vec<LogRow>,
+}
+
+impl<'c> Batch<'c> {
+    pub fn new(
+        conn: &'c mut AnyConnection,
+        dialect: &'static Dialect,
+        revision: Revision,
+        compact_revision: Revision,
+    ) -> Self {
+        Self {
+            conn,
+            dialect,
+            revision,
+            compact_revision,
+            cache: HashMap::new(),
+            pending: Vec::new(),
+        }
+    }
+
+    /// Loads the latest rows of `keys` into the cache, in as few queries as possible.
+    pub async fn prefetch(&mut self, keys: Vec<Vec<u8>>) -> Result<()> {
+        let mut missing: Vec<Vec<u8>> = keys
+            .into_iter()
+            .filter(|key| !self.cache.contains_key(key))
+            .collect();
+        missing.sort();
+        missing.dedup();
+        for chunk in missing.chunks(KEYS_PER_QUERY) {
+            let sql = latest_rows(self.dialect, chunk.len());
+            let mut query = sqlx::query(&sql);
+            for key in chunk {
+                query = query.bind(key.clone());
+            }
+            let rows = query.fetch_all(&mut *self.conn).await.map_err(translate)?;
+            for key in chunk {
+                self.cache.insert(key.clone(), None);
+            }
+            for row in rows {
+                let latest = latest_from_row(&row)?;
+                self.cache.insert(latest.kv.key.clone(), Some(latest));
+            }
+        }
+        Ok(())
+    }
+
+    /// The latest row of `key`, tombstone or not.
+    async fn latest(&mut self, key: &[u8]) -> Result<Option<LatestRow>> {
+        if let Some(cached) = self.cache.get(key) {
+            return Ok(cached.clone());
+        }
+        // Not cached, so it has no pending rows: the database is up to date for it.
+        let row = sqlx::query(self.dialect.latest_row)
+            .bind(key.to_vec())
+            .fetch_optional(&mut *self.conn)
+            .await
+            .map_err(translate)?;
+        let latest = row.as_ref().map(latest_from_row).transpose()?;
+        self.cache.insert(key.to_vec(), latest.clone());
+        Ok(latest)
+    }
+
+    async fn live(&mut self, key: &[u8]) -> Result<Option<KeyValue>> {
+        Ok(self
+            .latest(key)
+            .await?
+            .filter(|row| !row.deleted)
+            .map(|row| row.kv))
+    }
+
+    fn write(&mut self, row: LogRow) {
+        let latest = LatestRow {
+            kv: KeyValue {
+                key: row.key.clone(),
+                value: row.value.clone(),
+                create_revision: row.create_revision,
+                mod_revision: row.revision,
+                version: row.version,
+                lease: row.lease,
+            },
+            deleted: row.deleted,
+        };
+        self.cache.insert(row.key.clone(), Some(latest));
+        self.pending.push(row);
+    }
+
+    /// Sends pending rows to the database.
+    pub async fn flush(&mut self) -> Result<()> {
+        let pending = std::mem::take(&mut self.pending);
+        for chunk in pending.chunks(ROWS_PER_INSERT) {
+            let sql = insert_rows(self.dialect, chunk.len());
+            let mut query = sqlx::query(&sql);
+            for row in chunk {
+                query = query
+                    .bind(row.revision)
+                    .bind(row.sub)
+                    .bind(row.key.clone())
+                    .bind(row.value.clone())
+                    .bind(row.create_revision)
+                    .bind(row.prev_revision)
+                    .bind(row.version)
+                    .bind(row.lease)
+                    .bind(i64::from(row.deleted));
+            }
+            query.execute(&mut *self.conn).await.map_err(translate)?;
+        }
+        Ok(())
+    }
+
+    /// Forgets cached state (after a savepoint rollback); pending rows must be empty.
+    pub fn forget(&mut self) {
+        self.cache.clear();
+        self.pending.clear();
+    }
+
+    /// A range query on the database, which first receives pending rows.
+    async fn range_now(
+        &mut self,
+        request: &RangeRequest,
+        revision: Revision,
+    ) -> Result<RangeResponse> {
+        self.flush().await?;
+        range_at(self.conn, self.dialect, request, revision).await
+    }
+
+    pub async fn lease_exists(&mut self, lease: LeaseId) -> Result<bool> {
+        Ok(self
+            .lease(lease)
+            .await?
+            .is_some_and(|(_, expires)| expires > now_ms()))
+    }
+
+    /// `(ttl, expires_at_ms)` of a lease.
+    pub async fn lease(&mut self, id: LeaseId) -> Result<Option<(i64, i64)>> {
+        let row = sqlx::query(self.dialect.read_lease)
+            .bind(id)
+            .fetch_optional(&mut *self.conn)
+            .await
+            .map_err(translate)?;
+        match row {
+            None => Ok(None),
+            Some(row) => Ok(Some((
+                row.try_get(0).map_err(translate)?,
+                row.try_get(1).map_err(translate)?,
+            ))),
+        }
+    }
+
+    /// Runs `request` as the next revision's transaction. Only a `protected` transaction (run
+    /// inside a savepoint, with nothing pending before it) may fail after writing; any other
+    /// such failure fails the whole batch, so nothing half-done is ever committed.
+    pub async fn txn(&mut self, request: &TxnRequest, protected: bool) -> Result<TxnResponse> {
+        let mut context = TxnContext {
+            batch: self,
+            sub: 0,
+        };
+        let result = context.execute(request).await;
+        let wrote = context.sub > 0;
+        match result {
+            Ok(response) => {
+                if wrote {
+                    self.revision += 1;
+                }
+                Ok(response)
+            }
+            Err(error) if wrote && !protected => Err(Error::Backend {
+                message: format!("transaction failed after writing part of itself: {error}"),
+                source: None,
+            }),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Deletes the live keys among `keys` as the next revision.
+    pub async fn delete_keys(&mut self, keys: &[Vec<u8>]) -> Result<()> {
+        let mut context = TxnContext {
+            batch: self,
+            sub: 0,
+        };
+        for key in keys {
+            if let Some(current) = context.batch.live(key).await? {
+                context.tombstone(&current);
+            }
+        }
+        if context.sub > 0 {
+            self.revision += 1;
+        }
+        Ok(())
+    }
+}
+
+fn latest_from_row(row: &sqlx::any::AnyRow) -> Result<LatestRow> {
+    let deleted: i64 = row.try_get(6).map_err(translate)?;
+    Ok(LatestRow {
+        kv: KeyValue {
+            key: row.try_get(0).map_err(translate)?,
+            value: row.try_get(1).map_err(translate)?,
+            create_revision: row.try_get(2).map_err(translate)?,
+            mod_revision: row.try_get(3).map_err(translate)?,
+            version: row.try_get(4).map_err(translate)?,
+            lease: row.try_get(5).map_err(translate)?,
+        },
+        deleted: deleted != 0,
+    })
+}
+
+/// One etcd transaction being applied within a batch.
+struct TxnContext<'b, 'c> {
+    batch: &'b mut Batch<'c>,
+    /// Rows written so far at this transaction's revision.
+    sub: i64,
+}
+
+impl TxnContext<'_, '_> {
+    /// The revision this transaction writes at.
+    fn revision(&self) -> Revision {
+        self.batch.revision + 1
+    }
+
+    /// The store's revision once this transaction commits.
+    fn resulting_revision(&self) -> Revision {
+        if self.sub > 0 {
+            self.revision()
+        } else {
+            self.batch.revision
+        }
+    }
+
+    async fn execute(&mut self, request: &TxnRequest) -> Result<TxnResponse> {
+        let mut path = Vec::new();
+        self.plan(request, &mut path).await?;
+        let mut path = path.into_iter();
+        self.run(request, &mut path).await
+    }
+
+    /// Evaluates the compares along the branches that will run, in pre-order, before any write.
+    async fn plan(&mut self, request: &TxnRequest, path: &mut Vec<bool>) -> Result<()> {
+        check_no_duplicate_puts(request)?;
+        let mut succeeded = true;
+        for compare in &request.compare {
+            if !self.holds(compare).await? {
+                succeeded = false;
+                break;
+            }
+        }
+        path.push(succeeded);
+        let branch = if succeeded {
+            &request.success
+        } else {
+            &request.failure
+        };
+        for op in branch {
+            if let TxnOp::Txn(nested) = op {
+                Box::pin(self.plan(nested, path)).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn run(
+        &mut self,
+        request: &TxnRequest,
+        path: &mut std::vec::IntoIter<bool>,
+    ) -> Result<TxnResponse> {
+        let succeeded = path.next().ok_or_else(|| Error::Backend {
+            message: "transaction plan is shorter than the transaction".into(),
+            source: None,
+        })?;
+        let branch = if succeeded {
+            &request.success
+        } else {
+            &request.failure
+        };
+        let mut responses = Vec::with_capacity(branch.len());
+        for op in branch {
+            let response = match op {
+                TxnOp::Range(range) => TxnOpResponse::Range(self.range(range).await?),
+                TxnOp::Put(put) => TxnOpResponse::Put(self.put(put).await?),
+                TxnOp::DeleteRange(delete) => {
+                    TxnOpResponse::DeleteRange(self.delete_range(delete).await?)
+                }
+                TxnOp::Txn(nested) => TxnOpResponse::Txn(Box::pin(self.run(nested, path)).await?),
+            };
+            responses.push(response);
+        }
+        Ok(TxnResponse {
+            succeeded,
+            responses,
+            revision: self.resulting_revision(),
+        })
+    }
+
+    async fn holds(&mut self, compare: &Compare) -> Result<bool> {
+        let kvs = if compare.range.is_single_key() {
+            self.batch
+                .live(&compare.range.start)
+                .await?
+                .into_iter()
+                .collect()
+        } else {
+            let revision = self.revision();
+            self.batch
+                .range_now(&RangeRequest::new(compare.range.clone()), revision)
+                .await?
+                .kvs
+        };
+        if kvs.is_empty() {
+            return Ok(match compare.target {
+                CompareTarget::Value(_) => false,
+                _ => compare_kv(compare, &KeyValue::default()),
+            });
+        }
+        Ok(kvs.iter().all(|kv| compare_kv(compare, kv)))
+    }
+
+    async fn range(&mut self, request: &RangeRequest) -> Result<RangeResponse> {
+        let current = self.batch.revision;
+        let revision = if request.revision <= 0 {
+            self.revision()
+        } else if request.revision > current {
+            return Err(Error::FutureRevision {
+                requested: request.revision,
+                current,
+            });
+        } else if request.revision < self.batch.compact_revision {
+            return Err(Error::Compacted {
+                requested: request.revision,
+                compacted: self.batch.compact_revision,
+            });
+        } else {
+            request.revision
+        };
+        let mut response =
+            if request.range.is_single_key() && request.revision <= 0 && !request.count_only {
+                // The common "get on failure" read: straight from the cache.
+                let kvs: Vec<KeyValue> = self
+                    .batch
+                    .live(&request.range.start)
+                    .await?
+                    .into_iter()
+                    .map(|mut kv| {
+                        if request.keys_only {
+                            kv.value.clear();
+                        }
+                        kv
+                    })
+                    .collect();
+                let count = kvs.len() as i64;
+                RangeResponse {
+                    kvs,
+                    more: false,
+                    count,
+                    revision,
+                }
+            } else {
+                self.batch.range_now(request, revision).await?
+            };
+        response.revision = self.resulting_revision();
+        Ok(response)
+    }
+
+    async fn put(&mut self, request: &PutRequest) -> Result<PutResponse> {
+        let latest = self.batch.latest(&request.key).await?;
+        let live = latest
+            .as_ref()
+            .filter(|row| !row.deleted)
+            .map(|row| row.kv.clone());
+        if (request.ignore_value || request.ignore_lease) && live.is_none() {
+            return Err(Error::KeyNotFound);
+        }
+        let value = match (&live, request.ignore_value) {
+            (Some(current), true) => current.value.clone(),
+            _ => request.value.clone(),
+        };
+        let lease = match (&live, request.ignore_lease) {
+            (Some(current), true) => current.lease,
+            _ => request.lease,
+        };
+        if lease != 0 && !self.batch.lease_exists(lease).await? {
+            return Err(Error::LeaseNotFound(lease));
+        }
+        let revision = self.revision();
+        let (create_revision, version) = match &live {
+            Some(current) => (current.create_revision, current.version + 1),
+            None => (revision, 1),
+        };
+        let row = LogRow {
+            revision,
+            sub: self.sub,
+            key: request.key.clone(),
+            value,
+            create_revision,
+            prev_revision: latest.as_ref().map_or(0, |row| row.kv.mod_revision),
+            version,
+            lease,
+            deleted: false,
+        };
+        self.sub += 1;
+        self.batch.write(row);
+        Ok(PutResponse {
+            prev_kv: if request.prev_kv { live } else { None },
+        })
+    }
+
+    async fn delete_range(&mut self, request: &DeleteRangeRequest) -> Result<DeleteRangeResponse> {
+        let kvs = if request.range.is_single_key() {
+            self.batch
+                .live(&request.range.start)
+                .await?
+                .into_iter()
+                .collect()
+        } else {
+            let revision = self.revision();
+            self.batch
+                .range_now(&RangeRequest::new(request.range.clone()), revision)
+                .await?
+                .kvs
+        };
+        for kv in &kvs {
+            self.tombstone(kv);
+        }
+        Ok(DeleteRangeResponse {
+            deleted: kvs.len() as i64,
+            prev_kvs: if request.prev_kv { kvs } else { Vec::new() },
+        })
+    }
+
+    fn tombstone(&mut self, current: &KeyValue) {
+        let row = LogRow {
+            revision: self.revision(),
+            sub: self.sub,
+            key: current.key.clone(),
+            value: Vec::new(),
+            create_revision: 0,
+            prev_revision: current.mod_revision,
+            version: 0,
+            lease: 0,
+            deleted: true,
+        };
+        self.sub += 1;
+        self.batch.write(row);
+    }
+}
+
+/// The single keys a transaction may read or write, for [`Batch::prefetch`].
+pub(crate) fn keys_of(request: &TxnRequest, keys: &mut Vec<Vec<u8>>) {
+    for compare in &request.compare {
+        if compare.range.is_single_key() {
+            keys.push(compare.range.start.clone());
+        }
+    }
+    for op in request.success.iter().chain(&request.failure) {
+        match op {
+            TxnOp::Put(put) => keys.push(put.key.clone()),
+            TxnOp::DeleteRange(delete) if delete.range.is_single_key() => {
+                keys.push(delete.range.start.clone())
+            }
+            TxnOp::Range(range) if range.range.is_single_key() => {
+                keys.push(range.range.start.clone())
+            }
+            TxnOp::Txn(nested) => keys_of(nested, keys),
+            _ => {}
+        }
+    }
+}
+
+/// Whether a transaction can fail after writing part of itself (and so needs a savepoint).
+pub(crate) fn may_fail_midway(request: &TxnRequest) -> bool {
+    request
+        .success
+        .iter()
+        .chain(&request.failure)
+        .any(|op| match op {
+            TxnOp::Put(put) => put.lease != 0 || put.ignore_value || put.ignore_lease,
+            TxnOp::Range(range) => range.revision > 0,
+            TxnOp::Txn(nested) => may_fail_midway(nested),
+            TxnOp::DeleteRange(_) => false,
+        })
+}
+
+/// etcd's compare semantics for one kv.
+pub(crate) fn compare_kv(compare: &Compare, kv: &KeyValue) -> bool {
+    use std::cmp::Ordering;
+    let ordering = match &compare.target {
+        CompareTarget::Version(version) => kv.version.cmp(version),
+        CompareTarget::CreateRevision(revision) => kv.create_revision.cmp(revision),
+        CompareTarget::ModRevision(revision) => kv.mod_revision.cmp(revision),
+        CompareTarget::Lease(lease) => kv.lease.cmp(lease),
+        CompareTarget::Value(value) => kv.value.as_slice().cmp(value.as_slice()),
+    };
+    match compare.op {
+        CompareOp::Equal => ordering == Ordering::Equal,
+        CompareOp::NotEqual => ordering != Ordering::Equal,
+        CompareOp::Greater => ordering == Ordering::Greater,
+        CompareOp::Less => ordering == Ordering::Less,
+    }
+}
+
+/// etcd refuses a transaction branch that puts one key twice, or puts a key it also deletes.
+pub(crate) fn check_no_duplicate_puts(request: &TxnRequest) -> Result<()> {
+    for branch in [&request.success, &request.failure] {
+        let mut puts: Vec<&[u8]> = Vec::new();
+        let mut deletes: Vec<&KeyRange> = Vec::new();
+        for op in branch {
+            match op {
+                TxnOp::Put(put) => {
+                    if puts.contains(&put.key.as_slice()) {
+                        return Err(Error::InvalidArgument(
+                            "duplicate key given in txn request".into(),
+                        ));
+                    }
+                    puts.push(&put.key);
+                }
+                TxnOp::DeleteRange(delete) => deletes.push(&delete.range),
+                _ => {}
+            }
+        }
+        if puts
+            .iter()
+            .any(|key| deletes.iter().any(|range| range.contains(key)))
+        {
+            return Err(Error::InvalidArgument(
+                "duplicate key given in txn request".into(),
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,169 @@
+//! Test fixtures: a fresh, isolated backend per test case for each driver.
+//!
+//! - SQLite: a new database file in a temporary directory;
+//! - PostgreSQL: a new schema in the database named by `RUDDER_TEST_POSTGRES_URL`;
+//! - etcd: a new key prefix on the etcd at `RUDDER_TEST_ETCD_ENDPOINT`. etcd's revision and
+//!   compaction are global, so etcd cases take a process-wide lock and run one at a time.
+//!
+//! When a service's variable is unset, a case is skipped with a loud message, except under
+//! `CI=true`, where it fails: a test that needs a service never passes without it.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::config::{CompactionConfig, DriverConfig, EtcdConfig, SqliteConfig, StorageConfig};
+use crate::interface::Storage;
+
+/// The environment variable naming the PostgreSQL server for tests.
+pub const POSTGRES_ENV: &str = "RUDDER_TEST_POSTGRES_URL";
+/// The environment variable naming the etcd endpoint (`host:port`) for tests.
+pub const ETCD_ENV: &str = "RUDDER_TEST_ETCD_ENDPOINT";
+
+/// One test case's backend: every `open` reaches the same data, as a restarted server would.
+#[async_trait]
+pub trait Harness: Send + Sync {
+    fn driver(&self) -> &'static str;
+
+    /// The URL a user would give to reach this case's backend.
+    fn url(&self) -> String;
+
+    /// Opens the backend with background compaction off.
+    async fn open(&self) -> Arc<dyn Storage> {
+        self.open_with(CompactionConfig {
+            interval: std::time::Duration::ZERO,
+            retain: 0,
+        })
+        .await
+    }
+
+    /// Opens the backend with the given background compaction.
+    async fn open_with(&self, compaction: CompactionConfig) -> Arc<dyn Storage> {
+        let mut config = StorageConfig::parse(&self.url()).expect("harness URL parses");
+        config.compaction = compaction;
+        crate::open_config(&config)
+            .await
+            .expect("harness backend opens")
+    }
+
+    /// Removes what the case left behind.
+    async fn cleanup(&self) {}
+}
+
+/// Reads a service variable; `None` (with a loud message) when it is unset outside CI.
+pub fn service(variable: &str) -> Option<String> {
+    match std::env::var(variable) {
+        Ok(value) if !value.is_empty() => Some(value),
+        _ if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
+            panic!("{variable} is not set but CI=true: this test needs its service; run scripts/test.sh")
+        }
+        _ => {
+            eprintln!(
+                "SKIPPED: {variable} is not set; run scripts/test.sh to start the test services"
+            );
+            None
+        }
+    }
+}
+
+fn unique_name(prefix: &str) -> String {
+    format!("{prefix}{:016x}", rand::random::<u64>())
+}
+
+/// A SQLite file in a temporary directory.
+pub struct SqliteHarness {
+    dir: tempfile::TempDir,
+}
+
+#[async_trait]
+impl Harness for SqliteHarness {
+    fn driver(&self) -> &'static str {
+        "sqlite"
+    }
+    fn url(&self) -> String {
+        format!("sqlite://{}", self.dir.path().join("state.db").display())
+    }
+}
+
+/// A fresh SQLite harness.
+pub async fn sqlite() -> Option<Box<dyn Harness>> {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let harness = SqliteHarness { dir };
+    // Validate the URL form once, so a broken fixture fails loudly.
+    let config = StorageConfig::parse(&harness.url()).expect("sqlite URL");
+    assert!(matches!(
+        config.driver,
+        DriverConfig::Sqlite(SqliteConfig { .. })
+    ));
+    Some(Box::new(harness))
+}
+
+/// A schema of its own on the test PostgreSQL.
+pub struct PostgresHarness {
+    base: String,
+    schema: String,
+}
+
+#[async_trait]
+impl Harness for PostgresHarness {
+    fn driver(&self) -> &'static str {
+        "postgres"
+    }
+    fn url(&self) -> String {
+        let separator = if self.base.contains('?') { '&' } else { '?' };
+        format!(
+            "{}{separator}schema={}&max_connections=4",
+            self.base, self.schema
+        )
+    }
+    async fn cleanup(&self) {
+        if let Err(error) = crate::wipe(&self.url()).await {
+            eprintln!("could not drop test schema {}: {error}", self.schema);
+        }
+    }
+}
+
+/// A fresh PostgreSQL harness, or `None` when no test PostgreSQL is configured.
+pub async fn postgres() -> Option<Box<dyn Harness>> {
+    let base = service(POSTGRES_ENV)?;
+    Some(Box::new(PostgresHarness {
+        base,
+        schema: unique_name("rudder_test_"),
+    }))
+}
+
+/// A key prefix of its own on the test etcd; holds the etcd lock for the case's lifetime.
+pub struct EtcdHarness {
+    endpoint: String,
+    prefix: String,
+    _exclusive: tokio::sync::MutexGuard<'static, ()>,
+}
+
+static ETCD_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[async_trait]
+impl Harness for EtcdHarness {
+    fn driver(&self) -> &'static str {
+        "etcd"
+    }
+    fn url(&self) -> String {
+        format!("etcd://{}/{}", self.endpoint, self.prefix)
+    }
+}
+
+/// A fresh etcd harness, or `None` when no test etcd is configured.
+pub async fn etcd() -> Option<Box<dyn Harness>> {
+    let endpoint = service(ETCD_ENV)?;
+    let exclusive = ETCD_LOCK.lock().await;
+    let harness = EtcdHarness {
+        endpoint,
+        prefix: unique_name("rudder-test-"),
+        _exclusive: exclusive,
+    };
+    let config = StorageConfig::parse(&harness.url()).expect("etcd URL");
+    assert!(matches!(
+        config.driver,
+        DriverConfig::Etcd(EtcdConfig { .. })
+    ));
+    Some(Box::new(harness))
+}
