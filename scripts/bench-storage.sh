@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 rudder_install_packages protobuf-compiler etcd-server etcd-client postgresql-client python3
-trap 'rudder_stop_etcd; rudder_stop_postgres' EXIT
+trap rudder_stop_services EXIT
 rudder_start_etcd
 rudder_start_postgres
 cargo build --release --locked

@@ -45,9 +45,22 @@ rudder_start_etcd() {
 }
 
 rudder_stop_etcd() {
-  [ -n "${RUDDER_ETCD_PID:-}" ] && kill "$RUDDER_ETCD_PID" 2>/dev/null && wait "$RUDDER_ETCD_PID" 2>/dev/null
-  [ -n "${RUDDER_ETCD_DIR:-}" ] && rm -rf "$RUDDER_ETCD_DIR"
+  if [ -n "${RUDDER_ETCD_PID:-}" ]; then
+    kill "$RUDDER_ETCD_PID" 2>/dev/null || true
+    wait "$RUDDER_ETCD_PID" 2>/dev/null || true
+  fi
+  if [ -n "${RUDDER_ETCD_DIR:-}" ]; then rm -rf "$RUDDER_ETCD_DIR"; fi
   RUDDER_ETCD_PID=""
+  RUDDER_ETCD_DIR=""
+}
+
+# Stops what rudder_start_etcd / rudder_start_postgres started, keeping the exit status: use
+# as `trap rudder_stop_services EXIT`.
+rudder_stop_services() {
+  local status=$?
+  rudder_stop_etcd
+  rudder_stop_postgres
+  exit "$status"
 }
 
 # Finds a PostgreSQL to use: the one answering on 127.0.0.1:5432 (as user postgres, trust
@@ -88,6 +101,7 @@ rudder_stop_postgres() {
     rm -rf "$RUDDER_PG_DIR"
     RUDDER_PG_DIR=""
   fi
+  return 0
 }
 
 # Cargo builds go to a target dir outside the clone, so CI runs reuse earlier builds.

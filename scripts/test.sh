@@ -7,11 +7,20 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 rudder_install_packages protobuf-compiler etcd-server etcd-client postgresql-client python3
-trap 'rudder_stop_etcd; rudder_stop_postgres' EXIT
+trap rudder_stop_services EXIT
 rudder_start_etcd
 rudder_start_postgres
 
 export RUDDER_TEST_ETCD_ENDPOINT="$RUDDER_ETCD_ENDPOINT"
 export RUDDER_TEST_POSTGRES_URL="$RUDDER_POSTGRES_URL"
 echo "==> cargo test --workspace (target dir $CARGO_TARGET_DIR)"
-cargo test --workspace --locked "$@"
+log=$(mktemp /tmp/rudder-test-log.XXXXXX)
+set +e
+cargo test --workspace --locked "$@" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+# One closing line for the whole run, summed over every test binary.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "%d passed, %d failed\n", p, f }' "$log"
+rm -f "$log"
+exit "$status"

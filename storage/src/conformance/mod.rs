@@ -2,7 +2,7 @@
 //!
 //! A driver's test file runs the whole suite in one line:
 //!
-//! ```ignore
+//! ```text
 //! rudder_storage::conformance_tests!(rudder_storage::testing::sqlite());
 //! ```
 //!

@@ -1,0 +1,74 @@
+//! The `rudder` CLI as a user runs it: version, storage check, and its error messages.
+
+fn run(args: &[&str]) -> (bool, String, String) {
+    let output = rudder_tests::run(env!("CARGO_BIN_EXE_rudder"), args);
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn version_names_the_release_and_the_drivers() {
+    let (ok, stdout, _) = run(&["version"]);
+    assert!(ok);
+    assert!(stdout.starts_with("rudder 0."), "{stdout}");
+    assert!(stdout.contains("sqlite, postgres, etcd"));
+}
+
+#[test]
+fn storage_check_opens_a_new_sqlite_file_and_reports_its_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("nested/state.db").display());
+    let (ok, stdout, stderr) = run(&["storage", "check", "--storage", &url]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("driver:           sqlite"), "{stdout}");
+    assert!(stdout.contains("revision:         1"), "{stdout}");
+    assert!(dir.path().join("nested/state.db").exists());
+    // A second check finds the same store (migrations are idempotent).
+    let (ok, _, stderr) = run(&["storage", "check", "--storage", &url]);
+    assert!(ok, "{stderr}");
+}
+
+#[test]
+fn storage_check_names_the_problem_and_the_fix_in_one_line() {
+    let cases = [
+        ("state.db", "has no scheme: use sqlite://PATH"),
+        ("mysql://db/x", "unknown storage scheme"),
+        (
+            "postgres://postgres@127.0.0.1:1/x?connect_timeout=2",
+            "check that PostgreSQL is running",
+        ),
+        (
+            "etcd://127.0.0.1:1?connect_timeout=2",
+            "check that etcd is running",
+        ),
+        ("sqlite://x.db?synchronous=sometimes", "use normal or full"),
+    ];
+    for (url, needle) in cases {
+        let (ok, stdout, stderr) = run(&["storage", "check", "--storage", url]);
+        assert!(!ok, "{url} must fail");
+        assert!(stdout.is_empty(), "{url}: {stdout}");
+        assert_eq!(
+            stderr.trim().lines().count(),
+            1,
+            "{url}: one line, got {stderr}"
+        );
+        assert!(
+            stderr.starts_with("error: ") && stderr.contains(needle),
+            "{url}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn storage_check_reports_bad_postgres_credentials() {
+    let Some(base) = rudder_storage::testing::service(rudder_storage::testing::POSTGRES_ENV) else {
+        return;
+    };
+    let url = base.replacen("postgres://postgres@", "postgres://no_such_role:secret@", 1);
+    let (ok, _, stderr) = run(&["storage", "check", "--storage", &url]);
+    assert!(!ok);
+    assert!(stderr.contains("check the user and password"), "{stderr}");
+}
