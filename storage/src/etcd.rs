@@ -338,78 +338,20 @@ impl Storage for EtcdStore {
                 }
             }
         }
-        let prefix = self.prefix.clone();
-        let state = (sender, responses, pending, prefix, false);
-        Ok(Box::pin(futures::stream::unfold(
-            state,
-            |(sender, mut responses, mut pending, prefix, done)| async move {
-                if done {
-                    return None;
-                }
-                loop {
-                    let response = if pending.is_empty() {
-                        match responses.message().await {
-                            Ok(Some(response)) => response.0,
-                            Ok(None) => {
-                                let error = Error::Unavailable {
-                                    message: "etcd closed the watch stream".into(),
-                                    source: None,
-                                };
-                                return Some((
-                                    Err(error),
-                                    (sender, responses, pending, prefix, true),
-                                ));
-                            }
-                            Err(error) => {
-                                return Some((
-                                    Err(translate(error)),
-                                    (sender, responses, pending, prefix, true),
-                                ))
-                            }
-                        }
-                    } else {
-                        pending.remove(0)
-                    };
-                    if response.canceled {
-                        let error = cancel_error(&response);
-                        return Some((Err(error), (sender, responses, pending, prefix, true)));
-                    }
-                    if response.events.is_empty() {
-                        continue;
-                    }
-                    let strip = |kv: &PbKeyValue| KeyValue {
-                        key: kv
-                            .key
-                            .strip_prefix(prefix.as_slice())
-                            .unwrap_or(&kv.key)
-                            .to_vec(),
-                        value: kv.value.clone(),
-                        create_revision: kv.create_revision,
-                        mod_revision: kv.mod_revision,
-                        version: kv.version,
-                        lease: kv.lease,
-                    };
-                    let events = response
-                        .events
-                        .iter()
-                        .map(|event| Event {
-                            kind: if event.r#type == 1 {
-                                EventKind::Delete
-                            } else {
-                                EventKind::Put
-                            },
-                            kv: event.kv.as_ref().map(strip).unwrap_or_default(),
-                            prev_kv: event.prev_kv.as_ref().map(strip),
-                        })
-                        .collect();
-                    let revision = response.header.as_ref().map_or(0, |h| h.revision);
-                    return Some((
-                        Ok(WatchBatch { events, revision }),
-                        (sender, responses, pending, prefix, false),
-                    ));
-                }
-            },
-        )))
+        let progress = Arc::new(tokio::sync::Notify::new());
+        let state = EtcdWatch {
+            sender,
+            responses,
+            pending,
+            prefix: self.prefix.clone(),
+            progress: progress.clone(),
+            done: false,
+        };
+        let batches = futures::stream::unfold(state, |mut state| async move {
+            let item = state.next().await?;
+            Some((item, state))
+        });
+        Ok(WatchStream::new(Box::pin(batches), progress))
     }
 
     async fn compact(&self, revision: Revision) -> Result<()> {
@@ -525,6 +467,89 @@ impl Storage for EtcdStore {
         if let Some(compactor) = compactor {
             let _ = compactor.await;
         }
+    }
+}
+
+/// The state of one etcd watch turned into a [`WatchStream`].
+struct EtcdWatch {
+    sender: etcd_client::WatchRequestSender,
+    responses: etcd_client::WatchResponseStream,
+    pending: Vec<etcd_client::proto::PbWatchResponse>,
+    prefix: Vec<u8>,
+    progress: Arc<tokio::sync::Notify>,
+    done: bool,
+}
+
+impl EtcdWatch {
+    async fn next(&mut self) -> Option<Result<WatchBatch>> {
+        if self.done {
+            return None;
+        }
+        loop {
+            let response = if self.pending.is_empty() {
+                let received = tokio::select! {
+                    received = self.responses.message() => received,
+                    _ = self.progress.notified() => {
+                        if let Err(error) = self.sender.request_progress().await {
+                            self.done = true;
+                            return Some(Err(translate(error)));
+                        }
+                        continue;
+                    }
+                };
+                match received {
+                    Ok(Some(response)) => response.0,
+                    Ok(None) => {
+                        self.done = true;
+                        return Some(Err(Error::Unavailable {
+                            message: "etcd closed the watch stream".into(),
+                            source: None,
+                        }));
+                    }
+                    Err(error) => {
+                        self.done = true;
+                        return Some(Err(translate(error)));
+                    }
+                }
+            } else {
+                self.pending.remove(0)
+            };
+            if response.canceled {
+                self.done = true;
+                return Some(Err(cancel_error(&response)));
+            }
+            let revision = response.header.as_ref().map_or(0, |h| h.revision);
+            // A response with no events is etcd's progress report.
+            let events = response
+                .events
+                .iter()
+                .map(|event| Event {
+                    kind: if event.r#type == 1 {
+                        EventKind::Delete
+                    } else {
+                        EventKind::Put
+                    },
+                    kv: event
+                        .kv
+                        .as_ref()
+                        .map(|kv| strip(&self.prefix, kv))
+                        .unwrap_or_default(),
+                    prev_kv: event.prev_kv.as_ref().map(|kv| strip(&self.prefix, kv)),
+                })
+                .collect();
+            return Some(Ok(WatchBatch { events, revision }));
+        }
+    }
+}
+
+fn strip(prefix: &[u8], kv: &PbKeyValue) -> KeyValue {
+    KeyValue {
+        key: kv.key.strip_prefix(prefix).unwrap_or(&kv.key).to_vec(),
+        value: kv.value.clone(),
+        create_revision: kv.create_revision,
+        mod_revision: kv.mod_revision,
+        version: kv.version,
+        lease: kv.lease,
     }
 }
 

@@ -190,6 +190,14 @@ impl Hub {
         })
     }
 
+    /// The revision up to which `receiver` has been handed every event, if it has consumed
+    /// everything queued for it (checked under the lock publishing holds, so nothing is in
+    /// flight); `None` while batches are still queued.
+    pub fn progress(&self, receiver: &Receiver) -> Option<Revision> {
+        let state = self.state();
+        receiver.batches.is_empty().then_some(state.revision)
+    }
+
     /// Ends every subscription; their streams see their channel close.
     pub fn close(&self) {
         let mut state = self.state();

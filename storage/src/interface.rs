@@ -1,15 +1,55 @@
 //! The storage trait: etcd v3's KV, watch and lease model, implemented by every driver.
 
 use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use async_trait::async_trait;
 use futures::Stream;
+use tokio::sync::Notify;
 
 use crate::error::{Error, Result};
 use crate::types::*;
 
 /// An ordered, gapless stream of watch batches. It ends after yielding an error.
-pub type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchBatch>> + Send>>;
+///
+/// [`WatchStream::request_progress`] asks for a progress report: a batch with no events whose
+/// `revision` promises that every event of the watch up to it has been delivered (what etcd's
+/// progress requests and the apiserver's bookmarks rely on).
+pub struct WatchStream {
+    batches: Pin<Box<dyn Stream<Item = Result<WatchBatch>> + Send>>,
+    progress: Arc<Notify>,
+}
+
+impl WatchStream {
+    /// A stream of `batches` that answers progress requests signalled on `progress`.
+    pub fn new(
+        batches: Pin<Box<dyn Stream<Item = Result<WatchBatch>> + Send>>,
+        progress: Arc<Notify>,
+    ) -> Self {
+        Self { batches, progress }
+    }
+
+    /// Asks the stream to yield a progress batch (no events) once it has delivered everything
+    /// up to the store's current revision.
+    pub fn request_progress(&self) {
+        self.progress.notify_one();
+    }
+}
+
+impl Stream for WatchStream {
+    type Item = Result<WatchBatch>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.batches.as_mut().poll_next(cx)
+    }
+}
+
+impl std::fmt::Debug for WatchStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WatchStream")
+    }
+}
 
 /// An etcd-compatible key-value store with one global revision.
 ///

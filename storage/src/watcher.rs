@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use tokio::sync::Notify;
 
 use crate::error::{Error, Result};
 use crate::hub::{select, Committed, Hub, Receiver, Subscription};
@@ -36,6 +37,9 @@ enum Phase {
 
 struct WatchState {
     phase: Phase,
+    /// Progress was requested and not yet answered.
+    progress_pending: bool,
+    progress: Arc<Notify>,
     hub: Arc<Hub>,
     history: Arc<dyn History>,
     range: KeyRange,
@@ -49,17 +53,21 @@ pub(crate) fn watch_stream(
     request: WatchRequest,
     from: Revision,
 ) -> WatchStream {
+    let progress = Arc::new(Notify::new());
     let state = WatchState {
         phase: Phase::CatchingUp { next: from },
+        progress_pending: false,
+        progress: progress.clone(),
         hub,
         history,
         range: request.range,
         prev_kv: request.prev_kv,
     };
-    Box::pin(futures::stream::unfold(state, |mut state| async move {
+    let batches = futures::stream::unfold(state, |mut state| async move {
         let item = next_batch(&mut state).await?;
         Some((item, state))
-    }))
+    });
+    WatchStream::new(Box::pin(batches), progress)
 }
 
 async fn next_batch(state: &mut WatchState) -> Option<Result<WatchBatch>> {
@@ -107,17 +115,36 @@ async fn next_batch(state: &mut WatchState) -> Option<Result<WatchBatch>> {
                     }
                 }
             }
-            Phase::Live { receiver } => match receiver.batches.recv().await {
-                Some(batch) => return Some(Ok(batch)),
-                None => {
-                    let error = if receiver.lagged.load(Ordering::SeqCst) {
-                        Error::WatcherTooSlow("its event queue overflowed".into())
-                    } else {
-                        Error::Closed
-                    };
-                    return finish(state, error);
+            Phase::Live { receiver } => {
+                if state.progress_pending {
+                    if let Some(revision) = state.hub.progress(receiver) {
+                        state.progress_pending = false;
+                        return Some(Ok(WatchBatch {
+                            events: Vec::new(),
+                            revision,
+                        }));
+                    }
                 }
-            },
+                let received = tokio::select! {
+                    biased;
+                    received = receiver.batches.recv() => received,
+                    _ = state.progress.notified() => {
+                        state.progress_pending = true;
+                        continue;
+                    }
+                };
+                match received {
+                    Some(batch) => return Some(Ok(batch)),
+                    None => {
+                        let error = if receiver.lagged.load(Ordering::SeqCst) {
+                            Error::WatcherTooSlow("its event queue overflowed".into())
+                        } else {
+                            Error::Closed
+                        };
+                        return finish(state, error);
+                    }
+                }
+            }
         }
     }
 }

@@ -51,6 +51,7 @@ macro_rules! conformance_tests {
             watch_from_a_compacted_revision_fails,
             watch_delivers_prev_kv_and_delete_revisions,
             watch_order_matches_commit_order_under_concurrent_writers,
+            watch_progress_requests_report_a_revision_with_everything_delivered,
             many_watchers_are_not_held_up_by_one_that_never_reads,
             lease_expiry_deletes_keys_with_watch_events,
             lease_keep_alive_time_to_live_list_and_revoke,

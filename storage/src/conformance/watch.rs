@@ -254,3 +254,40 @@ pub async fn many_watchers_are_not_held_up_by_one_that_never_reads(harness: &dyn
     }
     store.close().await;
 }
+
+pub async fn watch_progress_requests_report_a_revision_with_everything_delivered(
+    harness: &dyn Harness,
+) {
+    let store = harness.open().await;
+    let mut stream = store
+        .watch(WatchRequest::new(KeyRange::prefix("/pr/")))
+        .await
+        .unwrap();
+    let inside = put(&*store, "/pr/a", "1").await;
+    let outside = put(&*store, "/elsewhere", "2").await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut seen = Vec::new();
+    stream.request_progress();
+    loop {
+        let batch = match tokio::time::timeout_at(deadline, stream.next()).await {
+            Ok(Some(Ok(batch))) => batch,
+            other => panic!("expected a progress report, got {other:?}"),
+        };
+        if batch.events.is_empty() {
+            // A progress report promises every event up to its revision was delivered.
+            assert!(seen.iter().all(|r| *r <= batch.revision));
+            if batch.revision >= outside {
+                assert_eq!(
+                    seen,
+                    vec![inside],
+                    "the event below the reported revision came first"
+                );
+                break;
+            }
+            stream.request_progress();
+        } else {
+            seen.extend(batch.events.iter().map(|e| e.kv.mod_revision));
+        }
+    }
+    store.close().await;
+}
