@@ -1,10 +1,11 @@
 //! The `rudder` binary: every Rudder component behind one CLI.
 //!
 //! Today it offers `version`, `storage check` (open a storage URL, apply migrations, print the
-//! store's status) and `bench storage` (write throughput of each driver side by side with real
-//! etcd). The apiserver (`rudder server`) and the etcd gateway come with their own issues.
+//! store's status) and `bench storage` (the storage workloads on each driver side by side with
+//! real etcd). The apiserver (`rudder server`) and the etcd gateway come with their own issues.
 
 mod bench;
+mod serve;
 mod storage_check;
 
 use std::process::ExitCode;
@@ -23,6 +24,10 @@ struct Cli {
 enum Command {
     /// Print Rudder's version and the storage drivers it has.
     Version,
+    /// Run Rudder all-in-one (today: the etcd v3 gateway over the embedded SQLite store).
+    Server(serve::ServerArgs),
+    /// Serve a store as the etcd v3 gRPC API (KV, Watch, Lease, Maintenance, Cluster).
+    Etcd(serve::EtcdArgs),
     /// Storage tools.
     Storage {
         #[command(subcommand)]
@@ -47,7 +52,8 @@ enum StorageCommand {
 
 #[derive(Subcommand)]
 enum BenchCommand {
-    /// Write throughput of each storage driver, interleaved in one run, with ratios to etcd.
+    /// Storage workloads (create, update, get, list, watch, compact) on each driver,
+    /// interleaved in one run, with ratios to real etcd.
     Storage(bench::StorageBenchArgs),
 }
 
@@ -56,7 +62,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn")),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -69,6 +75,8 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
+            Command::Server(args) => serve::server(args).await,
+            Command::Etcd(args) => serve::etcd(args).await,
             Command::Version => {
                 println!("rudder {}", env!("CARGO_PKG_VERSION"));
                 println!("storage drivers: sqlite, postgres, etcd");

@@ -1,0 +1,241 @@
+//! Conversions between etcd's protobuf messages and the storage interface's types.
+
+use etcd_client::proto::{
+    PbCompare, PbDeleteRequest, PbDeleteResponse, PbEvent, PbKeyValue, PbPutRequest, PbPutResponse,
+    PbRangeRequest, PbRangeResponse, PbResponseOp, PbTargetUnion, PbTxnOpRequest, PbTxnOpResponse,
+    PbTxnRequest, PbTxnResponse,
+};
+use rudder_storage as storage;
+use tonic::Status;
+
+use crate::status::{EMPTY_KEY, TOO_MANY_OPS};
+
+/// etcd's `--max-txn-ops` default.
+pub const MAX_TXN_OPS: usize = 128;
+
+pub fn kv(kv: &storage::KeyValue) -> PbKeyValue {
+    PbKeyValue {
+        key: kv.key.clone(),
+        create_revision: kv.create_revision,
+        mod_revision: kv.mod_revision,
+        version: kv.version,
+        value: kv.value.clone(),
+        lease: kv.lease,
+    }
+}
+
+pub fn event(event: &storage::Event) -> PbEvent {
+    PbEvent {
+        r#type: match event.kind {
+            storage::EventKind::Put => 0,
+            storage::EventKind::Delete => 1,
+        },
+        kv: Some(kv(&event.kv)),
+        prev_kv: event.prev_kv.as_ref().map(kv),
+    }
+}
+
+/// A key range from etcd's `(key, range_end)`.
+pub fn key_range(key: &[u8], range_end: &[u8]) -> Result<storage::KeyRange, Status> {
+    if key.is_empty() {
+        return Err(Status::invalid_argument(EMPTY_KEY));
+    }
+    Ok(storage::KeyRange::between(key.to_vec(), range_end.to_vec()))
+}
+
+/// The part of a range request the storage interface serves; sorting and revision filters are
+/// applied afterwards by [`crate::kv`].
+pub fn range_request(request: &PbRangeRequest) -> Result<storage::RangeRequest, Status> {
+    let filtered = request.sort_order != 0
+        || request.sort_target != 0
+        || request.min_mod_revision != 0
+        || request.max_mod_revision != 0
+        || request.min_create_revision != 0
+        || request.max_create_revision != 0;
+    Ok(storage::RangeRequest {
+        range: key_range(&request.key, &request.range_end)?,
+        revision: request.revision,
+        limit: if filtered { 0 } else { request.limit },
+        keys_only: request.keys_only,
+        count_only: request.count_only,
+    })
+}
+
+pub fn put_request(request: &PbPutRequest) -> Result<storage::PutRequest, Status> {
+    if request.key.is_empty() {
+        return Err(Status::invalid_argument(EMPTY_KEY));
+    }
+    Ok(storage::PutRequest {
+        key: request.key.clone(),
+        value: request.value.clone(),
+        lease: request.lease,
+        prev_kv: request.prev_kv,
+        ignore_value: request.ignore_value,
+        ignore_lease: request.ignore_lease,
+    })
+}
+
+pub fn delete_request(request: &PbDeleteRequest) -> Result<storage::DeleteRangeRequest, Status> {
+    Ok(storage::DeleteRangeRequest {
+        range: key_range(&request.key, &request.range_end)?,
+        prev_kv: request.prev_kv,
+    })
+}
+
+fn compare(compare: &PbCompare) -> Result<storage::Compare, Status> {
+    let op = match compare.result {
+        0 => storage::CompareOp::Equal,
+        1 => storage::CompareOp::Greater,
+        2 => storage::CompareOp::Less,
+        3 => storage::CompareOp::NotEqual,
+        other => {
+            return Err(Status::invalid_argument(format!(
+                "etcdserver: unknown compare result {other}"
+            )))
+        }
+    };
+    let target = match (compare.target, &compare.target_union) {
+        (0, Some(PbTargetUnion::Version(v))) => storage::CompareTarget::Version(*v),
+        (1, Some(PbTargetUnion::CreateRevision(r))) => storage::CompareTarget::CreateRevision(*r),
+        (2, Some(PbTargetUnion::ModRevision(r))) => storage::CompareTarget::ModRevision(*r),
+        (3, Some(PbTargetUnion::Value(v))) => storage::CompareTarget::Value(v.clone()),
+        (4, Some(PbTargetUnion::Lease(l))) => storage::CompareTarget::Lease(*l),
+        // proto3 leaves a zero target value unset.
+        (0, None) => storage::CompareTarget::Version(0),
+        (1, None) => storage::CompareTarget::CreateRevision(0),
+        (2, None) => storage::CompareTarget::ModRevision(0),
+        (3, None) => storage::CompareTarget::Value(Vec::new()),
+        (4, None) => storage::CompareTarget::Lease(0),
+        (target, _) => {
+            return Err(Status::invalid_argument(format!(
+                "etcdserver: unknown compare target {target}"
+            )))
+        }
+    };
+    Ok(storage::Compare {
+        range: key_range(&compare.key, &compare.range_end)?,
+        op,
+        target,
+    })
+}
+
+fn count_ops(request: &PbTxnRequest) -> usize {
+    request.success.len().max(request.failure.len())
+}
+
+/// A storage transaction from etcd's, nested transactions included.
+pub fn txn_request(request: &PbTxnRequest) -> Result<storage::TxnRequest, Status> {
+    if count_ops(request) > MAX_TXN_OPS || request.compare.len() > MAX_TXN_OPS {
+        return Err(Status::invalid_argument(TOO_MANY_OPS));
+    }
+    let ops = |ops: &[etcd_client::proto::PbTxnRequestOp]| -> Result<Vec<storage::TxnOp>, Status> {
+        ops.iter()
+            .map(|op| match &op.request {
+                Some(PbTxnOpRequest::RequestRange(range)) => {
+                    Ok(storage::TxnOp::Range(range_request(range)?))
+                }
+                Some(PbTxnOpRequest::RequestPut(put)) => Ok(storage::TxnOp::Put(put_request(put)?)),
+                Some(PbTxnOpRequest::RequestDeleteRange(delete)) => {
+                    Ok(storage::TxnOp::DeleteRange(delete_request(delete)?))
+                }
+                Some(PbTxnOpRequest::RequestTxn(nested)) => {
+                    Ok(storage::TxnOp::Txn(txn_request(nested)?))
+                }
+                None => Err(Status::invalid_argument(
+                    "etcdserver: empty operation in txn request",
+                )),
+            })
+            .collect()
+    };
+    Ok(storage::TxnRequest {
+        compare: request
+            .compare
+            .iter()
+            .map(compare)
+            .collect::<Result<_, _>>()?,
+        success: ops(&request.success)?,
+        failure: ops(&request.failure)?,
+    })
+}
+
+/// A header carrying only a revision, as etcd puts on the responses inside a transaction.
+fn inner_header(revision: i64) -> Option<etcd_client::proto::PbResponseHeader> {
+    Some(etcd_client::proto::PbResponseHeader {
+        revision,
+        ..Default::default()
+    })
+}
+
+pub fn range_response(response: &storage::RangeResponse) -> PbRangeResponse {
+    PbRangeResponse {
+        header: inner_header(response.revision),
+        kvs: response.kvs.iter().map(kv).collect(),
+        more: response.more,
+        count: response.count,
+    }
+}
+
+/// etcd's transaction response; `header` goes on the outer response only.
+pub fn txn_response(
+    response: &storage::TxnResponse,
+    request: &PbTxnRequest,
+    header: Option<etcd_client::proto::PbResponseHeader>,
+) -> PbTxnResponse {
+    let branch = if response.succeeded {
+        &request.success
+    } else {
+        &request.failure
+    };
+    let responses = response
+        .responses
+        .iter()
+        .zip(branch)
+        .map(|(op, requested)| PbResponseOp {
+            response: Some(match (op, &requested.request) {
+                (
+                    storage::TxnOpResponse::Range(range),
+                    Some(PbTxnOpRequest::RequestRange(asked)),
+                ) => {
+                    let mut finished = crate::kv::finish_range(range, asked);
+                    finished.header = inner_header(range.revision);
+                    PbTxnOpResponse::ResponseRange(finished)
+                }
+                (storage::TxnOpResponse::Range(range), _) => {
+                    PbTxnOpResponse::ResponseRange(range_response(range))
+                }
+                (storage::TxnOpResponse::Put(put), _) => {
+                    PbTxnOpResponse::ResponsePut(PbPutResponse {
+                        header: inner_header(response.revision),
+                        prev_kv: put.prev_kv.as_ref().map(kv),
+                    })
+                }
+                (storage::TxnOpResponse::DeleteRange(delete), _) => {
+                    PbTxnOpResponse::ResponseDeleteRange(PbDeleteResponse {
+                        header: inner_header(response.revision),
+                        deleted: delete.deleted,
+                        prev_kvs: delete.prev_kvs.iter().map(kv).collect(),
+                    })
+                }
+                (storage::TxnOpResponse::Txn(nested), Some(PbTxnOpRequest::RequestTxn(asked))) => {
+                    PbTxnOpResponse::ResponseTxn(txn_response(
+                        nested,
+                        asked,
+                        inner_header(response.revision),
+                    ))
+                }
+                (storage::TxnOpResponse::Txn(nested), _) => {
+                    PbTxnOpResponse::ResponseTxn(txn_response(
+                        nested,
+                        &PbTxnRequest::default(),
+                        inner_header(response.revision),
+                    ))
+                }
+            }),
+        })
+        .collect();
+    PbTxnResponse {
+        header,
+        succeeded: response.succeeded,
+        responses,
+    }
+}

@@ -1,0 +1,150 @@
+//! rudder-etcd-gateway: Rudder's storage interface served as the etcd v3 gRPC API — KV, Watch,
+//! Lease, Maintenance (Status, Alarm) and Cluster (MemberList) — over any storage driver, so
+//! `etcdctl` and etcd clients can use SQLite or PostgreSQL as if it were etcd (Rudder's answer to
+//! kine, with the full KV/Watch/Lease surface instead of four fixed transaction shapes).
+//!
+//! It depends only on `rudder-storage`'s interface, never on a driver. Start at [`Gateway`];
+//! each service lives in its own module, the type conversions in [`convert`], and the mapping
+//! of storage errors to etcd's gRPC statuses in [`status`].
+
+pub mod convert;
+mod kv;
+mod lease;
+mod maintenance;
+pub mod status;
+mod watch;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::proto::{
+    PbClusterServer, PbKvServer, PbLeaseServer, PbMaintenanceServer, PbWatchServer,
+};
+use rudder_storage::Storage;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// etcd refuses requests above 1.5 MiB (`--max-request-bytes`); so does the gateway.
+pub const MAX_REQUEST_BYTES: usize = 1536 * 1024;
+/// gRPC messages may exceed the request limit by this much (as in etcd) before the transport
+/// refuses them outright.
+const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
+/// The etcd version the gateway reports: one whose watch progress requests kube-apiserver trusts.
+pub const REPORTED_ETCD_VERSION: &str = "3.5.17";
+
+/// What every service needs: the store and the identity the gateway reports.
+#[derive(Clone)]
+pub struct Gateway {
+    pub(crate) store: Arc<dyn Storage>,
+    pub(crate) identity: Arc<Identity>,
+}
+
+/// The cluster and member this gateway presents itself as.
+pub(crate) struct Identity {
+    pub cluster_id: u64,
+    pub member_id: u64,
+    pub name: String,
+    pub client_url: String,
+    /// Interval of the periodic progress notifications a watch can ask for.
+    pub progress_notify_interval: Duration,
+}
+
+/// A gateway serving in the background.
+pub struct RunningGateway {
+    /// The address it listens on (useful with port 0).
+    pub local_addr: SocketAddr,
+    shutdown: CancellationToken,
+    task: JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+impl RunningGateway {
+    /// Stops serving and waits for the server to wind down.
+    pub async fn shutdown(self) {
+        self.shutdown.cancel();
+        let _ = self.task.await;
+    }
+}
+
+impl Gateway {
+    /// A gateway over `store` that will present `client_url` as its member's client URL.
+    pub fn new(store: Arc<dyn Storage>, client_url: String) -> Self {
+        Self {
+            store,
+            identity: Arc::new(Identity {
+                cluster_id: 0x7275_6464_6572_0001,
+                member_id: 0x7275_6464_6572_0002,
+                name: "rudder".into(),
+                client_url,
+                progress_notify_interval: Duration::from_secs(600),
+            }),
+        }
+    }
+
+    /// Serves on `listener` until `shutdown` is cancelled.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: CancellationToken,
+    ) -> Result<(), tonic::transport::Error> {
+        let limit = MAX_REQUEST_BYTES + GRPC_OVERHEAD_BYTES;
+        // Small request/response messages: never let Nagle's algorithm hold them back.
+        let incoming = tokio_stream::StreamExt::map(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            |stream| {
+                if let Ok(stream) = &stream {
+                    let _ = stream.set_nodelay(true);
+                }
+                stream
+            },
+        );
+        tonic::transport::Server::builder()
+            .add_service(PbKvServer::new(self.clone()).max_decoding_message_size(limit))
+            .add_service(PbWatchServer::new(self.clone()).max_decoding_message_size(limit))
+            .add_service(PbLeaseServer::new(self.clone()).max_decoding_message_size(limit))
+            .add_service(PbMaintenanceServer::new(self.clone()).max_decoding_message_size(limit))
+            .add_service(PbClusterServer::new(self).max_decoding_message_size(limit))
+            .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
+            .await
+    }
+
+    /// Binds `address` (port 0 picks one) and serves in the background.
+    pub async fn spawn(
+        store: Arc<dyn Storage>,
+        address: SocketAddr,
+    ) -> std::io::Result<RunningGateway> {
+        let listener = TcpListener::bind(address).await?;
+        let local_addr = listener.local_addr()?;
+        let gateway = Gateway::new(store, format!("http://{local_addr}"));
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(gateway.serve(listener, shutdown.clone()));
+        Ok(RunningGateway {
+            local_addr,
+            shutdown,
+            task,
+        })
+    }
+
+    /// A response header at `revision`.
+    pub(crate) fn header(&self, revision: i64) -> Option<etcd_client::proto::PbResponseHeader> {
+        Some(etcd_client::proto::PbResponseHeader {
+            cluster_id: self.identity.cluster_id,
+            member_id: self.identity.member_id,
+            revision,
+            raft_term: 2,
+        })
+    }
+
+    /// The store's current revision, for responses that carry no other.
+    pub(crate) async fn current_revision(&self) -> Result<i64, tonic::Status> {
+        let probe =
+            rudder_storage::RangeRequest::new(rudder_storage::KeyRange::key(vec![0])).count_only();
+        Ok(self
+            .store
+            .range(probe)
+            .await
+            .map_err(status::from_storage)?
+            .revision)
+    }
+}
