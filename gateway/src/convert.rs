@@ -175,11 +175,14 @@ pub fn range_response(response: &storage::RangeResponse) -> PbRangeResponse {
     }
 }
 
-/// etcd's transaction response; `header` goes on the outer response only.
+/// etcd's transaction response. `header` is the outer response's; as in etcd, a write's response
+/// carries only the transaction's `revision`, a read's the revision it read at, and a nested
+/// transaction's header is empty.
 pub fn txn_response(
     response: &storage::TxnResponse,
     request: &PbTxnRequest,
     header: Option<etcd_client::proto::PbResponseHeader>,
+    revision: i64,
 ) -> PbTxnResponse {
     let branch = if response.succeeded {
         &request.success
@@ -197,21 +200,24 @@ pub fn txn_response(
                     Some(PbTxnOpRequest::RequestRange(asked)),
                 ) => {
                     let mut finished = crate::kv::finish_range(range, asked);
+                    // A read reports the revision it saw: the transaction's own only after a write.
                     finished.header = inner_header(range.revision);
                     PbTxnOpResponse::ResponseRange(finished)
                 }
                 (storage::TxnOpResponse::Range(range), _) => {
-                    PbTxnOpResponse::ResponseRange(range_response(range))
+                    let mut converted = range_response(range);
+                    converted.header = inner_header(range.revision);
+                    PbTxnOpResponse::ResponseRange(converted)
                 }
                 (storage::TxnOpResponse::Put(put), _) => {
                     PbTxnOpResponse::ResponsePut(PbPutResponse {
-                        header: inner_header(response.revision),
+                        header: inner_header(revision),
                         prev_kv: put.prev_kv.as_ref().map(kv),
                     })
                 }
                 (storage::TxnOpResponse::DeleteRange(delete), _) => {
                     PbTxnOpResponse::ResponseDeleteRange(PbDeleteResponse {
-                        header: inner_header(response.revision),
+                        header: inner_header(revision),
                         deleted: delete.deleted,
                         prev_kvs: delete.prev_kvs.iter().map(kv).collect(),
                     })
@@ -220,16 +226,13 @@ pub fn txn_response(
                     PbTxnOpResponse::ResponseTxn(txn_response(
                         nested,
                         asked,
-                        inner_header(response.revision),
+                        inner_header(0),
+                        revision,
                     ))
                 }
-                (storage::TxnOpResponse::Txn(nested), _) => {
-                    PbTxnOpResponse::ResponseTxn(txn_response(
-                        nested,
-                        &PbTxnRequest::default(),
-                        inner_header(response.revision),
-                    ))
-                }
+                (storage::TxnOpResponse::Txn(nested), _) => PbTxnOpResponse::ResponseTxn(
+                    txn_response(nested, &PbTxnRequest::default(), inner_header(0), revision),
+                ),
             }),
         })
         .collect();

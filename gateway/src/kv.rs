@@ -12,7 +12,7 @@ use tonic::{Request, Response, Status};
 
 use crate::convert;
 use crate::status::{from_storage, unsupported, TOO_LARGE};
-use crate::{Gateway, MAX_REQUEST_BYTES};
+use crate::{Gateway, MAX_GRPC_MESSAGE_BYTES, MAX_REQUEST_BYTES};
 
 /// Applies etcd's post-read steps to a range result: revision filters, sorting, the limit.
 pub(crate) fn finish_range(
@@ -64,8 +64,16 @@ pub(crate) fn finish_range(
     }
 }
 
+/// etcd's two size limits: past the gRPC limit (request limit + 512 KiB) the transport refuses
+/// the message; past the request limit the server does.
 fn check_size(message: &impl Message) -> Result<(), Status> {
-    if message.encoded_len() > MAX_REQUEST_BYTES {
+    let size = message.encoded_len();
+    if size > MAX_GRPC_MESSAGE_BYTES {
+        return Err(Status::resource_exhausted(format!(
+            "grpc: received message larger than max ({size} vs. {MAX_GRPC_MESSAGE_BYTES})"
+        )));
+    }
+    if size > MAX_REQUEST_BYTES {
         return Err(Status::invalid_argument(TOO_LARGE));
     }
     Ok(())
@@ -150,10 +158,12 @@ impl PbKvService for Gateway {
             .txn(convert::txn_request(&request)?)
             .await
             .map_err(from_storage)?;
+        let revision = response.revision;
         Ok(Response::new(convert::txn_response(
             &response,
             &request,
-            self.header(response.revision),
+            self.header(revision),
+            revision,
         )))
     }
 

@@ -28,9 +28,11 @@ use tokio_util::sync::CancellationToken;
 
 /// etcd refuses requests above 1.5 MiB (`--max-request-bytes`); so does the gateway.
 pub const MAX_REQUEST_BYTES: usize = 1536 * 1024;
-/// gRPC messages may exceed the request limit by this much (as in etcd) before the transport
-/// refuses them outright.
-const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
+/// gRPC messages may exceed the request limit by 512 KiB (as in etcd) before they are refused
+/// outright.
+pub const MAX_GRPC_MESSAGE_BYTES: usize = MAX_REQUEST_BYTES + 512 * 1024;
+/// The transport's own decoding limit, above the others so the checks above answer as etcd does.
+const TRANSPORT_LIMIT_BYTES: usize = 16 * 1024 * 1024;
 /// The etcd version the gateway reports: one whose watch progress requests kube-apiserver trusts.
 pub const REPORTED_ETCD_VERSION: &str = "3.5.17";
 
@@ -88,7 +90,7 @@ impl Gateway {
         listener: TcpListener,
         shutdown: CancellationToken,
     ) -> Result<(), tonic::transport::Error> {
-        let limit = MAX_REQUEST_BYTES + GRPC_OVERHEAD_BYTES;
+        let limit = TRANSPORT_LIMIT_BYTES;
         // Small request/response messages: never let Nagle's algorithm hold them back.
         let incoming = tokio_stream::StreamExt::map(
             tokio_stream::wrappers::TcpListenerStream::new(listener),

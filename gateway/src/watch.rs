@@ -24,7 +24,6 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::convert;
-use crate::status::COMPACTED;
 use crate::Gateway;
 
 type Outbound = mpsc::Sender<Result<PbWatchResponse, Status>>;
@@ -203,10 +202,8 @@ impl Gateway {
 fn apply_cancel(response: &mut PbWatchResponse, error: &Error) {
     response.canceled = true;
     match error {
-        Error::Compacted { compacted, .. } => {
-            response.compact_revision = *compacted;
-            response.cancel_reason = COMPACTED.into();
-        }
+        // As etcd: the compact revision tells why; the reason stays empty.
+        Error::Compacted { compacted, .. } => response.compact_revision = *compacted,
         other => response.cancel_reason = format!("etcdserver: {other}"),
     }
 }

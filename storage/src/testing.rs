@@ -141,6 +141,12 @@ pub struct EtcdHarness {
 
 static ETCD_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// Exclusive use of the test etcd (its revisions and compaction are global) for tests that use
+/// it directly; an [`etcd`] harness holds the same lock.
+pub async fn etcd_lock() -> tokio::sync::MutexGuard<'static, ()> {
+    ETCD_LOCK.lock().await
+}
+
 #[async_trait]
 impl Harness for EtcdHarness {
     fn driver(&self) -> &'static str {

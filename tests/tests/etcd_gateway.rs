@@ -1,0 +1,413 @@
+//! The etcd gateway against real etcd: the same etcd-client scenario runs against real etcd and
+//! against Rudder's gateway over each driver, and the observable results must be identical
+//! (revisions are compared relative to the revision each run started at).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, DeleteOptions, EventType, GetOptions, LeaseTimeToLiveOptions,
+    PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, WatchOptions,
+};
+use rudder_etcd_gateway::Gateway;
+use rudder_storage::testing::{self, Harness};
+
+/// Runs the scenario against real etcd and against the gateway over `harness`'s store.
+async fn compare_with_real_etcd(harness: Box<dyn Harness>) {
+    let endpoint = testing::service(testing::ETCD_ENV).expect("the reference etcd");
+    // Revisions and compaction are global in etcd: one scenario at a time (an etcd harness
+    // already holds the lock).
+    let _exclusive = if harness.driver() == "etcd" {
+        None
+    } else {
+        Some(testing::etcd_lock().await)
+    };
+    let reference_prefix = format!("/reference-{:08x}/", rand::random::<u32>());
+    let mut reference = Client::connect([endpoint.as_str()], None).await.unwrap();
+    let expected = scenario(&mut reference, &reference_prefix).await;
+
+    let store = harness.open().await;
+    let gateway = Gateway::spawn(store.clone(), SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .unwrap();
+    let mut client = Client::connect([gateway.local_addr.to_string()], None)
+        .await
+        .unwrap();
+    let observed = scenario(&mut client, "/gw/").await;
+    gateway.shutdown().await;
+    store.close().await;
+    harness.cleanup().await;
+
+    for (index, (want, got)) in expected.iter().zip(&observed).enumerate() {
+        assert_eq!(
+            got,
+            want,
+            "step {index} differs from real etcd ({})",
+            harness.driver()
+        );
+    }
+    assert_eq!(observed.len(), expected.len());
+}
+
+/// Everything the scenario observes, one line per observation, revisions relative to `base`.
+async fn scenario(client: &mut Client, prefix: &str) -> Vec<String> {
+    let key = |name: &str| format!("{prefix}{name}");
+    let mut log = Vec::new();
+    let base = client
+        .get(key("none"), None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    let rel = |revision: i64| if revision == 0 { 0 } else { revision - base };
+    let kv_line = |kv: &etcd_client::KeyValue| {
+        format!(
+            "{}={} c{} m{} v{} l{}",
+            kv.key_str().unwrap().trim_start_matches(prefix),
+            kv.value_str().unwrap(),
+            rel(kv.create_revision()),
+            rel(kv.mod_revision()),
+            kv.version(),
+            kv.lease() != 0
+        )
+    };
+
+    // Puts, with and without prev_kv.
+    let put = client.put(key("a"), "1", None).await.unwrap();
+    log.push(format!(
+        "put a rev {}",
+        rel(put.header().unwrap().revision())
+    ));
+    client.put(key("b"), "2", None).await.unwrap();
+    let put = client
+        .put(key("a"), "3", Some(PutOptions::new().with_prev_key()))
+        .await
+        .unwrap();
+    log.push(format!("put a prev {:?}", put.prev_key().map(kv_line)));
+    client.put(key("c"), "9", None).await.unwrap();
+
+    // Ranges with every option.
+    let get = |options: GetOptions| (key(""), Some(options.with_prefix()));
+    for (name, options) in [
+        ("all", GetOptions::new()),
+        ("limit", GetOptions::new().with_limit(1)),
+        ("keys-only", GetOptions::new().with_keys_only()),
+        ("count-only", GetOptions::new().with_count_only()),
+        (
+            "by-mod-desc",
+            GetOptions::new().with_sort(SortTarget::Mod, SortOrder::Descend),
+        ),
+        (
+            "by-value",
+            GetOptions::new().with_sort(SortTarget::Value, SortOrder::None),
+        ),
+        ("min-mod", GetOptions::new().with_min_mod_revision(base + 3)),
+        (
+            "max-create",
+            GetOptions::new()
+                .with_max_create_revision(base + 2)
+                .with_limit(1),
+        ),
+        ("at-rev-2", GetOptions::new().with_revision(base + 2)),
+    ] {
+        let (k, o) = get(options);
+        let response = client.get(k, o).await.unwrap();
+        log.push(format!(
+            "get {name}: {:?} more={} count={} rev={}",
+            response.kvs().iter().map(kv_line).collect::<Vec<_>>(),
+            response.more(),
+            response.count(),
+            rel(response.header().unwrap().revision())
+        ));
+    }
+    let from_key = client
+        .get(key("b"), Some(GetOptions::new().with_range(key("c"))))
+        .await
+        .unwrap();
+    log.push(format!(
+        "get [b,c): {:?}",
+        from_key.kvs().iter().map(kv_line).collect::<Vec<_>>()
+    ));
+
+    // Deletes.
+    let deleted = client
+        .delete(key("b"), Some(DeleteOptions::new().with_prev_key()))
+        .await
+        .unwrap();
+    log.push(format!(
+        "del b: {} {:?}",
+        deleted.deleted(),
+        deleted.prev_kvs().iter().map(kv_line).collect::<Vec<_>>()
+    ));
+    let deleted = client.delete(key("zz"), None).await.unwrap();
+    log.push(format!(
+        "del zz: {} rev={}",
+        deleted.deleted(),
+        rel(deleted.header().unwrap().revision())
+    ));
+
+    // Transactions.
+    let txn = Txn::new()
+        .when([
+            Compare::value(key("a"), CompareOp::Equal, "3"),
+            Compare::version(key("b"), CompareOp::Equal, 0),
+        ])
+        .and_then([
+            TxnOp::put(key("t"), "yes", None),
+            TxnOp::get(key("a"), None),
+            TxnOp::txn(
+                Txn::new()
+                    .when([Compare::create_revision(key("t"), CompareOp::Equal, 0)])
+                    .and_then([TxnOp::put(key("n"), "nested", None)]),
+            ),
+        ])
+        .or_else([TxnOp::put(key("t"), "no", None)]);
+    log.push(describe_txn(client.txn(txn).await.unwrap(), &kv_line, &rel));
+    let txn = Txn::new()
+        .when([Compare::mod_revision(key("a"), CompareOp::Less, base)])
+        .and_then([TxnOp::put(key("t"), "never", None)])
+        .or_else([
+            TxnOp::get(
+                key(""),
+                Some(GetOptions::new().with_prefix().with_count_only()),
+            ),
+            TxnOp::delete(key("c"), None),
+        ]);
+    log.push(describe_txn(client.txn(txn).await.unwrap(), &kv_line, &rel));
+    let duplicate = Txn::new().and_then([
+        TxnOp::put(key("d"), "1", None),
+        TxnOp::put(key("d"), "2", None),
+    ]);
+    log.push(format!(
+        "duplicate txn: {}",
+        error_text(client.txn(duplicate).await.unwrap_err())
+    ));
+
+    // Watch history with prev_kv and filters, from the first write.
+    let mut stream = client
+        .watch(
+            key(""),
+            Some(
+                WatchOptions::new()
+                    .with_prefix()
+                    .with_prev_key()
+                    .with_start_revision(base + 1),
+            ),
+        )
+        .await
+        .unwrap();
+    let mut events = Vec::new();
+    while events.len() < 8 {
+        let response = tokio::time::timeout(Duration::from_secs(10), stream.message())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        for event in response.events() {
+            let kind = if event.event_type() == EventType::Put {
+                "PUT"
+            } else {
+                "DELETE"
+            };
+            events.push(format!(
+                "{kind} {} prev={:?}",
+                event.kv().map(&kv_line).unwrap_or_default(),
+                event.prev_kv().map(&kv_line)
+            ));
+        }
+    }
+    log.extend(events);
+    drop(stream);
+
+    // Leases.
+    let lease = client.lease_grant(30, None).await.unwrap();
+    log.push(format!("lease ttl {}", lease.ttl()));
+    client
+        .put(
+            key("leased"),
+            "x",
+            Some(PutOptions::new().with_lease(lease.id())),
+        )
+        .await
+        .unwrap();
+    let ttl = client
+        .lease_time_to_live(lease.id(), Some(LeaseTimeToLiveOptions::new().with_keys()))
+        .await
+        .unwrap();
+    log.push(format!(
+        "ttl granted {} keys {:?}",
+        ttl.granted_ttl(),
+        ttl.keys()
+            .iter()
+            .map(|k| String::from_utf8_lossy(k)
+                .trim_start_matches(prefix)
+                .to_string())
+            .collect::<Vec<_>>()
+    ));
+    let listed = client.leases().await.unwrap();
+    log.push(format!(
+        "lease listed {}",
+        listed.leases().iter().any(|l| l.id() == lease.id())
+    ));
+    client.lease_revoke(lease.id()).await.unwrap();
+    log.push(format!(
+        "after revoke: {:?}",
+        client.get(key("leased"), None).await.unwrap().kvs().len()
+    ));
+    log.push(format!(
+        "ttl after revoke {}",
+        client
+            .lease_time_to_live(lease.id(), None)
+            .await
+            .unwrap()
+            .ttl()
+    ));
+    log.push(format!(
+        "revoke again: {}",
+        error_text(client.lease_revoke(lease.id()).await.unwrap_err())
+    ));
+    let unknown = Some(PutOptions::new().with_lease(0x7fff_0000_1234));
+    log.push(format!(
+        "put with unknown lease: {}",
+        error_text(client.put(key("x"), "1", unknown).await.unwrap_err())
+    ));
+
+    // Errors: future revision, compaction, oversized request.
+    let future = client
+        .get(key("a"), Some(GetOptions::new().with_revision(base + 1000)))
+        .await
+        .unwrap_err();
+    log.push(format!("future: {}", error_text(future)));
+    let current = client
+        .get(key("a"), None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    client.compact(current, None).await.unwrap();
+    let compacted = client
+        .get(key("a"), Some(GetOptions::new().with_revision(base + 1)))
+        .await
+        .unwrap_err();
+    log.push(format!("compacted: {}", error_text(compacted)));
+    let mut stream = client
+        .watch(
+            key(""),
+            Some(
+                WatchOptions::new()
+                    .with_prefix()
+                    .with_start_revision(base + 1),
+            ),
+        )
+        .await
+        .unwrap();
+    let mut cancel = None;
+    while cancel.is_none() {
+        let response = tokio::time::timeout(Duration::from_secs(10), stream.message())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        if response.canceled() {
+            cancel = Some(format!(
+                "watch compacted: rev {} reason {}",
+                rel(response.compact_revision()),
+                response.cancel_reason()
+            ));
+        }
+    }
+    log.extend(cancel);
+    let large = vec![b'x'; 1600 * 1024];
+    log.push(format!(
+        "1.6 MiB put: {}",
+        error_text(client.put(key("large"), large, None).await.unwrap_err())
+    ));
+    let big = vec![b'x'; 2 * 1024 * 1024];
+    log.push(format!(
+        "2 MiB put: {}",
+        error_text(client.put(key("big"), big, None).await.unwrap_err())
+    ));
+    log
+}
+
+fn describe_txn(
+    response: etcd_client::TxnResponse,
+    kv_line: &dyn Fn(&etcd_client::KeyValue) -> String,
+    rel: &dyn Fn(i64) -> i64,
+) -> String {
+    let revision = response.header().map_or(0, |h| h.revision());
+    let mut parts = vec![format!(
+        "txn succeeded={} rev={}",
+        response.succeeded(),
+        rel(revision)
+    )];
+    for op in response.op_responses() {
+        parts.push(match op {
+            TxnOpResponse::Put(put) => {
+                format!("put rev={}", rel(put.header().map_or(0, |h| h.revision())))
+            }
+            TxnOpResponse::Get(get) => format!(
+                "get {:?} count={} rev={}",
+                get.kvs().iter().map(kv_line).collect::<Vec<_>>(),
+                get.count(),
+                rel(get.header().map_or(0, |h| h.revision()))
+            ),
+            TxnOpResponse::Delete(delete) => {
+                format!(
+                    "delete {} rev={}",
+                    delete.deleted(),
+                    rel(delete.header().map_or(0, |h| h.revision()))
+                )
+            }
+            TxnOpResponse::Txn(nested) => format!("[{}]", describe_txn(nested, kv_line, rel)),
+        });
+    }
+    parts.join("; ")
+}
+
+/// The gRPC code and message of an error; transport errors (the size limit) by kind only.
+fn error_text(error: etcd_client::Error) -> String {
+    match error {
+        etcd_client::Error::GRpcStatus(status)
+            if status.code() == tonic::Code::ResourceExhausted =>
+        {
+            "resource exhausted".to_string()
+        }
+        etcd_client::Error::GRpcStatus(status) => {
+            format!("{:?}: {}", status.code(), status.message())
+        }
+        other => format!("{other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_over_sqlite_behaves_like_real_etcd() {
+    let Some(harness) = testing::sqlite().await else {
+        return;
+    };
+    if testing::service(testing::ETCD_ENV).is_none() {
+        return;
+    }
+    compare_with_real_etcd(harness).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_over_postgres_behaves_like_real_etcd() {
+    let Some(harness) = testing::postgres().await else {
+        return;
+    };
+    if testing::service(testing::ETCD_ENV).is_none() {
+        return;
+    }
+    compare_with_real_etcd(harness).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_over_etcd_behaves_like_real_etcd() {
+    let Some(harness) = testing::etcd().await else {
+        return;
+    };
+    compare_with_real_etcd(harness).await;
+}
