@@ -175,8 +175,16 @@ impl Gateway {
         let stream = match self.store.watch(request).await {
             Ok(stream) => stream,
             Err(error) => {
-                apply_cancel(&mut created, &error);
-                let _ = outbound.send(Ok(created)).await;
+                // As etcd: the watch is created, then cancelled with the reason.
+                let mut canceled = PbWatchResponse {
+                    header: created.header,
+                    watch_id: id,
+                    ..Default::default()
+                };
+                apply_cancel(&mut canceled, &error);
+                if outbound.send(Ok(created)).await.is_ok() {
+                    let _ = outbound.send(Ok(canceled)).await;
+                }
                 return None;
             }
         };
