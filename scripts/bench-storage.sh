@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Measures storage write throughput of every driver against a throw-away real etcd, in one run:
-# `rudder bench storage` with a fresh etcd and the local PostgreSQL. Extra arguments go to the
-# bench (e.g. --writers 64 --writes 10000).
+# Runs the storage benchmark (create, update, get, list, watch, compact) on every driver against
+# a throw-away real etcd, in one run: `rudder bench storage` with a fresh etcd and the local
+# PostgreSQL. Extra arguments go to the bench, e.g. `--out DIR` for results.json, results.csv
+# and charts, or `--writers 64 --keys 10000 --watchers 100 --rounds 5` for a bigger run
+# (`rudder bench storage --help` lists every flag).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh

@@ -166,7 +166,7 @@ impl Gateway {
     ) -> Option<ActiveWatch> {
         let id = options.id;
         let revision = self.current_revision().await.unwrap_or(0);
-        let mut created = PbWatchResponse {
+        let created = PbWatchResponse {
             header: self.header(revision),
             watch_id: id,
             created: true,

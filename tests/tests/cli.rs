@@ -1,5 +1,8 @@
 //! The `rudder` CLI as a user runs it: version, storage check, and its error messages.
 
+// Test code: a failed expectation is meant to panic.
+#![allow(clippy::unwrap_used)]
+
 fn run(args: &[&str]) -> (bool, String, String) {
     let output = rudder_tests::run(env!("CARGO_BIN_EXE_rudder"), args);
     (

@@ -2,6 +2,9 @@
 //! against Rudder's gateway over each driver, and the observable results must be identical
 //! (revisions are compared relative to the revision each run started at).
 
+// Test code: a failed expectation is meant to panic.
+#![allow(clippy::unwrap_used)]
+
 use std::net::SocketAddr;
 use std::time::Duration;
 

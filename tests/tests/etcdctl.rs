@@ -2,6 +2,9 @@
 //! real etcd: every command runs against both, and the outputs must match once the things that
 //! legitimately differ (key prefix, revisions, lease ids, timings) are normalized.
 
+// Test code: a failed expectation is meant to panic.
+#![allow(clippy::unwrap_used)]
+
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 

@@ -12,7 +12,8 @@ pub(crate) struct Dialect {
     pub lock_meta: &'static str,
     /// `(revision, compact_revision)`.
     pub read_meta: &'static str,
-    /// `?1` revision.
+    /// Sets the revision to `?1` and, where the database can, tells other processes on
+    /// channel `?2` (one statement: it is on every commit's path).
     pub set_revision: &'static str,
     /// `?1` compact revision.
     pub set_compact_revision: &'static str,
@@ -54,9 +55,6 @@ pub(crate) struct Dialect {
     /// The `n`th (1-based) bind placeholder, for statements built with a variable number of
     /// rows or keys (placeholders only: never data).
     pub placeholder: fn(usize) -> String,
-    /// Tells other processes that revisions up to `?2` were committed (channel `?1`), if the
-    /// database can.
-    pub notify: Option<&'static str>,
 }
 
 pub(crate) const SQLITE: Dialect = Dialect {
@@ -64,7 +62,7 @@ pub(crate) const SQLITE: Dialect = Dialect {
     begin_write: "BEGIN IMMEDIATE",
     lock_meta: "SELECT revision, compact_revision FROM rudder_meta WHERE id = 1",
     read_meta: "SELECT revision, compact_revision FROM rudder_meta WHERE id = 1",
-    set_revision: "UPDATE rudder_meta SET revision = ?1 WHERE id = 1",
+    set_revision: "UPDATE rudder_meta SET revision = ?1 WHERE id = 1 AND ?2 IS NOT NULL",
     set_compact_revision: "UPDATE rudder_meta SET compact_revision = ?1 WHERE id = 1",
     latest_row: "SELECT key, value, create_revision, revision, version, lease, deleted \
         FROM rudder_log WHERE key = ?1 ORDER BY revision DESC LIMIT 1",
@@ -105,7 +103,6 @@ pub(crate) const SQLITE: Dialect = Dialect {
     lease_keys: "SELECT l.key FROM rudder_log l WHERE l.lease = ?1 AND l.deleted = 0 \
         AND NOT EXISTS (SELECT 1 FROM rudder_log n WHERE n.key = l.key AND n.revision > l.revision) ORDER BY l.key",
     placeholder: |n| format!("?{n}"),
-    notify: None,
 };
 
 pub(crate) const POSTGRES: Dialect = Dialect {
@@ -113,7 +110,8 @@ pub(crate) const POSTGRES: Dialect = Dialect {
     begin_write: "BEGIN",
     lock_meta: "SELECT revision, compact_revision FROM rudder_meta WHERE id = 1 FOR UPDATE",
     read_meta: "SELECT revision, compact_revision FROM rudder_meta WHERE id = 1",
-    set_revision: "UPDATE rudder_meta SET revision = $1 WHERE id = 1",
+    set_revision: "WITH updated AS (UPDATE rudder_meta SET revision = $1 WHERE id = 1 RETURNING revision) \
+        SELECT pg_notify($2, revision::text) FROM updated",
     set_compact_revision: "UPDATE rudder_meta SET compact_revision = $1 WHERE id = 1",
     latest_row: "SELECT key, value, create_revision, revision, version, lease, deleted \
         FROM rudder_log WHERE key = $1 ORDER BY revision DESC LIMIT 1",
@@ -155,7 +153,6 @@ pub(crate) const POSTGRES: Dialect = Dialect {
     lease_keys: "SELECT l.key FROM rudder_log l WHERE l.lease = $1 AND l.deleted = 0 \
         AND NOT EXISTS (SELECT 1 FROM rudder_log n WHERE n.key = l.key AND n.revision > l.revision) ORDER BY l.key",
     placeholder: |n| format!("${n}"),
-    notify: Some("SELECT pg_notify($1, $2)"),
 };
 
 /// Columns of a log row, in `insert_row` order.

@@ -228,17 +228,10 @@ impl Writer {
         if wrote {
             sqlx::query(self.dialect.set_revision)
                 .bind(revision)
+                .bind(self.channel.clone())
                 .execute(&mut *conn)
                 .await
                 .map_err(translate)?;
-            if let Some(notify) = self.dialect.notify {
-                sqlx::query(notify)
-                    .bind(self.channel.clone())
-                    .bind(revision.to_string())
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(translate)?;
-            }
         }
         if compact_revision != meta.compact_revision {
             sqlx::query(self.dialect.set_compact_revision)

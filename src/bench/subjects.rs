@@ -1,0 +1,168 @@
+//! The subjects a storage benchmark measures. A subject is a name, an open
+//! `Arc<dyn Storage>` and a cleanup that runs once at the end (close the store, wipe what it
+//! wrote, stop whatever was started for it). `sqlite`, `postgres` and `etcd` are Rudder's
+//! drivers opened by URL; `etcd` (real etcd through Rudder's etcd driver) is the reference the
+//! report divides by. A new kind of subject (the etcd gateway serving a driver, say) is one more
+//! arm in [`open`] that starts its server and returns a [`Subject`] whose cleanup stops it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use futures::future::BoxFuture;
+use rudder_storage::Storage;
+
+/// The subject every ratio is computed against.
+pub const REFERENCE: &str = "etcd";
+
+/// Where the subjects' backing services are, and a tag that keeps this run's data apart.
+pub struct Options {
+    pub tag: String,
+    pub etcd_endpoint: String,
+    pub postgres_url: String,
+}
+
+/// One store under test.
+pub struct Subject {
+    pub name: String,
+    pub store: Arc<dyn Storage>,
+    cleanup: Option<BoxFuture<'static, Result<()>>>,
+}
+
+impl Subject {
+    /// Closes the store and runs the subject's cleanup.
+    pub async fn close(mut self) -> Result<()> {
+        self.store.close().await;
+        match self.cleanup.take() {
+            Some(cleanup) => cleanup.await,
+            None => Ok(()),
+        }
+    }
+}
+
+/// Opens every named subject; if one fails, the ones already open are closed again.
+pub async fn open_all(names: &[String], options: &Options) -> Result<Vec<Subject>> {
+    let mut subjects: Vec<Subject> = Vec::new();
+    for name in names {
+        if subjects.iter().any(|s| &s.name == name) {
+            bail!("subject {name:?} is named twice");
+        }
+        match open(name, options).await {
+            Ok(subject) => subjects.push(subject),
+            Err(error) => {
+                close_all(subjects).await;
+                return Err(error);
+            }
+        }
+    }
+    Ok(subjects)
+}
+
+/// Closes and cleans up every subject, reporting (not failing on) cleanup errors.
+pub async fn close_all(subjects: Vec<Subject>) {
+    for subject in subjects {
+        let name = subject.name.clone();
+        if let Err(error) = subject.close().await {
+            eprintln!("warning: could not clean up the {name} subject: {error:#}");
+        }
+    }
+}
+
+/// Opens one subject by name.
+async fn open(name: &str, options: &Options) -> Result<Subject> {
+    let tag = &options.tag;
+    match name {
+        "sqlite" => {
+            let dir = std::env::temp_dir().join(format!("rudder-bench-{tag}"));
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            let url = format!(
+                "sqlite://{}?compact_interval=0",
+                dir.join("state.db").display()
+            );
+            let opened = driver(name, url, Some(dir.clone())).await;
+            if opened.is_err() {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+            opened
+        }
+        "postgres" => {
+            let base = &options.postgres_url;
+            let separator = if base.contains('?') { '&' } else { '?' };
+            let url = format!("{base}{separator}schema=rudder_bench_{tag}&compact_interval=0");
+            driver(name, url, None).await
+        }
+        "etcd" => {
+            let endpoint = &options.etcd_endpoint;
+            let url = format!("etcd://{endpoint}/rudder-bench-{tag}?compact_interval=0");
+            driver(name, url, None).await
+        }
+        gateway if gateway.starts_with("gateway-") => {
+            let inner_name = &gateway["gateway-".len()..];
+            if inner_name.starts_with("gateway-") {
+                bail!("unknown subject {gateway:?}: a gateway serves a driver, not another gateway");
+            }
+            // Its own data, apart from the plain driver subject's.
+            let apart = Options {
+                tag: format!("{}gw", options.tag),
+                etcd_endpoint: options.etcd_endpoint.clone(),
+                postgres_url: options.postgres_url.clone(),
+            };
+            let inner = Box::pin(open(inner_name, &apart)).await?;
+            behind_gateway(gateway, inner).await
+        }
+        other => bail!(
+            "unknown subject {other:?}: use sqlite, postgres, etcd, or gateway-<driver> (e.g. gateway-sqlite)"
+        ),
+    }
+}
+
+/// `inner` served by Rudder's etcd gateway on a free local port, measured through the same etcd
+/// client as real etcd (Rudder's etcd driver), the way kine-style access would be.
+async fn behind_gateway(name: &str, inner: Subject) -> Result<Subject> {
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let gateway = match rudder_etcd_gateway::Gateway::spawn(inner.store.clone(), address).await {
+        Ok(gateway) => gateway,
+        Err(error) => {
+            let _ = inner.close().await;
+            return Err(error).context("starting the etcd gateway");
+        }
+    };
+    let url = format!("etcd://{}?compact_interval=0", gateway.local_addr);
+    let store = match rudder_storage::open(&url).await {
+        Ok(store) => store,
+        Err(error) => {
+            gateway.shutdown().await;
+            let _ = inner.close().await;
+            return Err(error).with_context(|| format!("connecting to the {name} gateway"));
+        }
+    };
+    let cleanup = Box::pin(async move {
+        gateway.shutdown().await;
+        inner.close().await
+    });
+    Ok(Subject {
+        name: name.to_string(),
+        store,
+        cleanup: Some(cleanup),
+    })
+}
+
+/// A Rudder driver opened by URL; the cleanup wipes the URL (and removes `scratch`).
+async fn driver(name: &str, url: String, scratch: Option<PathBuf>) -> Result<Subject> {
+    let store = rudder_storage::open(&url)
+        .await
+        .with_context(|| format!("opening the {name} subject"))?;
+    let wiped = format!("wiping what the {name} subject wrote");
+    let cleanup = Box::pin(async move {
+        rudder_storage::wipe(&url).await.context(wiped)?;
+        if let Some(dir) = scratch {
+            std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+        }
+        Ok(())
+    });
+    Ok(Subject {
+        name: name.to_string(),
+        store,
+        cleanup: Some(cleanup),
+    })
+}
