@@ -9,9 +9,12 @@ CREATE TABLE IF NOT EXISTS rudder_log (
     version         INTEGER NOT NULL,
     lease           INTEGER NOT NULL,
     deleted         INTEGER NOT NULL,
+    -- Revision of the key's next row; 0 while this row is the key's latest.
+    next_revision   INTEGER NOT NULL,
     PRIMARY KEY (revision, sub)
 );
-CREATE UNIQUE INDEX IF NOT EXISTS rudder_log_key_revision ON rudder_log (key, revision);
+-- Covers range reads and counts at any revision without touching the table.
+CREATE INDEX IF NOT EXISTS rudder_log_key_revision ON rudder_log (key, revision, next_revision, deleted);
 CREATE INDEX IF NOT EXISTS rudder_log_lease ON rudder_log (lease) WHERE lease != 0;
 
 -- The store's revision counter; a write transaction locks this row first.

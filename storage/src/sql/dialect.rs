@@ -68,16 +68,16 @@ pub(crate) const SQLITE: Dialect = Dialect {
         FROM rudder_log WHERE key = ?1 ORDER BY revision DESC LIMIT 1",
     range_bounded: "SELECT l.key, l.value, l.create_revision, l.revision, l.version, l.lease \
         FROM rudder_log l WHERE l.key >= ?1 AND l.key < ?2 AND l.revision <= ?3 AND l.deleted = 0 \
-        AND NOT EXISTS (SELECT 1 FROM rudder_log n WHERE n.key = l.key AND n.revision > l.revision AND n.revision <= ?3) \
+        AND (l.next_revision = 0 OR l.next_revision > ?3) \
         ORDER BY l.key LIMIT ?4",
     range_unbounded: "SELECT l.key, l.value, l.create_revision, l.revision, l.version, l.lease \
         FROM rudder_log l WHERE l.key >= ?1 AND ?2 IS NOT NULL AND l.revision <= ?3 AND l.deleted = 0 \
-        AND NOT EXISTS (SELECT 1 FROM rudder_log n WHERE n.key = l.key AND n.revision > l.revision AND n.revision <= ?3) \
+        AND (l.next_revision = 0 OR l.next_revision > ?3) \
         ORDER BY l.key LIMIT ?4",
     count_bounded: "SELECT COUNT(*) FROM rudder_log l WHERE l.key >= ?1 AND l.key < ?2 AND l.revision <= ?3 AND l.deleted = 0 \
-        AND NOT EXISTS (SELECT 1 FROM rudder_log n WHERE n.key = l.key AND n.revision > l.revision AND n.revision <= ?3)",
+        AND (l.next_revision = 0 OR l.next_revision > ?3)",
     count_unbounded: "SELECT COUNT(*) FROM rudder_log l WHERE l.key >= ?1 AND ?2 IS NOT NULL AND l.revision <= ?3 AND l.deleted = 0 \
-        AND NOT EXISTS (SELECT 1 FROM rudder_log n WHERE n.key = l.key AND n.revision > l.revision AND n.revision <= ?3)",
+        AND (l.next_revision = 0 OR l.next_revision > ?3)",
     events_all: "SELECT l.revision, l.key, l.value, l.create_revision, l.version, l.lease, l.deleted, \
         l.prev_revision, p.value, p.create_revision, p.version, p.lease, p.deleted \
         FROM rudder_log l LEFT JOIN rudder_log p ON p.key = l.key AND p.revision = l.prev_revision \
@@ -90,8 +90,8 @@ pub(crate) const SQLITE: Dialect = Dialect {
         l.prev_revision, p.value, p.create_revision, p.version, p.lease, p.deleted \
         FROM rudder_log l LEFT JOIN rudder_log p ON p.key = l.key AND p.revision = l.prev_revision \
         WHERE l.revision > ?1 AND l.revision <= ?2 AND l.key >= ?3 AND ?4 IS NOT NULL ORDER BY l.revision, l.sub",
-    compact_window: "DELETE FROM rudder_log WHERE revision >= ?2 AND revision < ?3 AND revision < ?1 AND (deleted = 1 OR EXISTS \
-        (SELECT 1 FROM rudder_log n WHERE n.key = rudder_log.key AND n.revision > rudder_log.revision AND n.revision <= ?1))",
+    compact_window: "DELETE FROM rudder_log WHERE revision >= ?2 AND revision < ?3 AND revision < ?1 \
+        AND (deleted = 1 OR (next_revision <> 0 AND next_revision <= ?1))",
     db_size: "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
     server_version: "SELECT 'SQLite ' || sqlite_version()",
     insert_lease: "INSERT INTO rudder_lease (id, ttl, expires_at_ms) VALUES (?1, ?2, ?3)",
@@ -101,7 +101,7 @@ pub(crate) const SQLITE: Dialect = Dialect {
     expired_leases: "SELECT id FROM rudder_lease WHERE expires_at_ms <= ?1",
     list_leases: "SELECT id FROM rudder_lease ORDER BY id",
     lease_keys: "SELECT l.key FROM rudder_log l WHERE l.lease = ?1 AND l.deleted = 0 \
-        AND NOT EXISTS (SELECT 1 FROM rudder_log n WHERE n.key = l.key AND n.revision > l.revision) ORDER BY l.key",
+        AND l.next_revision = 0 ORDER BY l.key",
     placeholder: |n| format!("?{n}"),
 };
 
@@ -117,16 +117,16 @@ pub(crate) const POSTGRES: Dialect = Dialect {
         FROM rudder_log WHERE key = $1 ORDER BY revision DESC LIMIT 1",
     range_bounded: "SELECT l.key, l.value, l.create_revision, l.revision, l.version, l.lease \
         FROM rudder_log l WHERE l.key >= $1 AND l.key < $2 AND l.revision <= $3 AND l.deleted = 0 \
-        AND NOT EXISTS (SELECT 1 FROM rudder_log n WHERE n.key = l.key AND n.revision > l.revision AND n.revision <= $3) \
+        AND (l.next_revision = 0 OR l.next_revision > $3) \
         ORDER BY l.key LIMIT $4",
     range_unbounded: "SELECT l.key, l.value, l.create_revision, l.revision, l.version, l.lease \
         FROM rudder_log l WHERE l.key >= $1 AND $2::bytea IS NOT NULL AND l.revision <= $3 AND l.deleted = 0 \
-        AND NOT EXISTS (SELECT 1 FROM rudder_log n WHERE n.key = l.key AND n.revision > l.revision AND n.revision <= $3) \
+        AND (l.next_revision = 0 OR l.next_revision > $3) \
         ORDER BY l.key LIMIT $4",
     count_bounded: "SELECT COUNT(*) FROM rudder_log l WHERE l.key >= $1 AND l.key < $2 AND l.revision <= $3 AND l.deleted = 0 \
-        AND NOT EXISTS (SELECT 1 FROM rudder_log n WHERE n.key = l.key AND n.revision > l.revision AND n.revision <= $3)",
+        AND (l.next_revision = 0 OR l.next_revision > $3)",
     count_unbounded: "SELECT COUNT(*) FROM rudder_log l WHERE l.key >= $1 AND $2::bytea IS NOT NULL AND l.revision <= $3 AND l.deleted = 0 \
-        AND NOT EXISTS (SELECT 1 FROM rudder_log n WHERE n.key = l.key AND n.revision > l.revision AND n.revision <= $3)",
+        AND (l.next_revision = 0 OR l.next_revision > $3)",
     events_all: "SELECT l.revision, l.key, l.value, l.create_revision, l.version, l.lease, l.deleted, \
         l.prev_revision, p.value, p.create_revision, p.version, p.lease, p.deleted \
         FROM rudder_log l LEFT JOIN rudder_log p ON p.key = l.key AND p.revision = l.prev_revision \
@@ -139,8 +139,8 @@ pub(crate) const POSTGRES: Dialect = Dialect {
         l.prev_revision, p.value, p.create_revision, p.version, p.lease, p.deleted \
         FROM rudder_log l LEFT JOIN rudder_log p ON p.key = l.key AND p.revision = l.prev_revision \
         WHERE l.revision > $1 AND l.revision <= $2 AND l.key >= $3 AND $4::bytea IS NOT NULL ORDER BY l.revision, l.sub",
-    compact_window: "DELETE FROM rudder_log WHERE revision >= $2 AND revision < $3 AND revision < $1 AND (deleted = 1 OR EXISTS \
-        (SELECT 1 FROM rudder_log n WHERE n.key = rudder_log.key AND n.revision > rudder_log.revision AND n.revision <= $1))",
+    compact_window: "DELETE FROM rudder_log WHERE revision >= $2 AND revision < $3 AND revision < $1 \
+        AND (deleted = 1 OR (next_revision <> 0 AND next_revision <= $1))",
     db_size: "SELECT (pg_total_relation_size('rudder_log') + pg_total_relation_size('rudder_meta') \
         + pg_total_relation_size('rudder_lease'))::BIGINT",
     server_version: "SELECT 'PostgreSQL ' || current_setting('server_version')",
@@ -151,13 +151,16 @@ pub(crate) const POSTGRES: Dialect = Dialect {
     expired_leases: "SELECT id FROM rudder_lease WHERE expires_at_ms <= $1",
     list_leases: "SELECT id FROM rudder_lease ORDER BY id",
     lease_keys: "SELECT l.key FROM rudder_log l WHERE l.lease = $1 AND l.deleted = 0 \
-        AND NOT EXISTS (SELECT 1 FROM rudder_log n WHERE n.key = l.key AND n.revision > l.revision) ORDER BY l.key",
+        AND l.next_revision = 0 ORDER BY l.key",
     placeholder: |n| format!("${n}"),
 };
 
 /// Columns of a log row, in `insert_row` order.
 pub(crate) const LOG_COLUMNS: &str =
-    "revision, sub, key, value, create_revision, prev_revision, version, lease, deleted";
+    "revision, sub, key, value, create_revision, prev_revision, version, lease, deleted, next_revision";
+
+/// Columns per row in [`insert_rows`].
+pub(crate) const LOG_COLUMN_COUNT: usize = 10;
 
 /// `INSERT` of `rows` log rows in one statement.
 pub(crate) fn insert_rows(dialect: &Dialect, rows: usize) -> String {
@@ -167,15 +170,39 @@ pub(crate) fn insert_rows(dialect: &Dialect, rows: usize) -> String {
             sql.push(',');
         }
         sql.push('(');
-        for column in 0..9 {
+        for column in 0..LOG_COLUMN_COUNT {
             if column > 0 {
                 sql.push(',');
             }
-            sql.push_str(&(dialect.placeholder)(row * 9 + column + 1));
+            sql.push_str(&(dialect.placeholder)(row * LOG_COLUMN_COUNT + column + 1));
         }
         sql.push(')');
     }
     sql
+}
+
+/// Marks `rows` rows `(key, revision)` as superseded at `next_revision`, in one statement
+/// (placeholders in triples: key, revision, next revision).
+pub(crate) fn link_rows(dialect: &Dialect, rows: usize) -> String {
+    let cast = |n: usize, ty: &str| match dialect.name {
+        "postgres" => format!("{}::{ty}", (dialect.placeholder)(n)),
+        _ => (dialect.placeholder)(n),
+    };
+    let values: Vec<String> = (0..rows)
+        .map(|row| {
+            format!(
+                "({}, {}, {})",
+                cast(row * 3 + 1, "bytea"),
+                cast(row * 3 + 2, "bigint"),
+                cast(row * 3 + 3, "bigint")
+            )
+        })
+        .collect();
+    format!(
+        "WITH v(key, revision, next) AS (VALUES {}) UPDATE rudder_log SET next_revision = v.next FROM v \
+         WHERE rudder_log.key = v.key AND rudder_log.revision = v.revision",
+        values.join(", ")
+    )
 }
 
 /// The latest rows (tombstones included) of `keys` keys, in one statement:
@@ -184,7 +211,7 @@ pub(crate) fn latest_rows(dialect: &Dialect, keys: usize) -> String {
     let list: Vec<String> = (1..=keys).map(dialect.placeholder).collect();
     format!(
         "SELECT l.key, l.value, l.create_revision, l.revision, l.version, l.lease, l.deleted FROM rudder_log l \
-         WHERE l.key IN ({}) AND NOT EXISTS (SELECT 1 FROM rudder_log n WHERE n.key = l.key AND n.revision > l.revision)",
+         WHERE l.key IN ({}) AND l.next_revision = 0",
         list.join(",")
     )
 }
@@ -197,7 +224,7 @@ mod tests {
     fn generated_statements_use_each_dialects_placeholders() {
         assert_eq!(
             insert_rows(&POSTGRES, 2),
-            format!("INSERT INTO rudder_log ({LOG_COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9),($10,$11,$12,$13,$14,$15,$16,$17,$18)")
+            format!("INSERT INTO rudder_log ({LOG_COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10),($11,$12,$13,$14,$15,$16,$17,$18,$19,$20)")
         );
         assert!(latest_rows(&SQLITE, 3).contains("IN (?1,?2,?3)"));
     }

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use sqlx::{AnyConnection, Row};
 
-use super::dialect::{insert_rows, latest_rows, Dialect};
+use super::dialect::{insert_rows, latest_rows, link_rows, Dialect};
 use super::reader::{now_ms, range_at, LatestRow};
 use super::translate;
 use crate::error::{Error, Result};
@@ -37,6 +37,8 @@ struct LogRow {
     version: i64,
     lease: LeaseId,
     deleted: bool,
+    /// The revision of the key's next row, when that row is in the same batch.
+    next_revision: Revision,
 }
 
 /// One database transaction's worth of jobs.
@@ -49,6 +51,8 @@ pub(crate) struct Batch<'c> {
     /// Latest row per key (`None`: the key never existed), including pending writes.
     cache: HashMap<Vec<u8>, Option<LatestRow>>,
     pending: Vec<LogRow>,
+    /// Rows already in the database that pending rows supersede: `(key, revision, next)`.
+    links: Vec<(Vec<u8>, Revision, Revision)>,
 }
 
 impl<'c> Batch<'c> {
@@ -65,6 +69,7 @@ impl<'c> Batch<'c> {
             compact_revision,
             cache: HashMap::new(),
             pending: Vec::new(),
+            links: Vec::new(),
         }
     }
 
@@ -119,6 +124,19 @@ impl<'c> Batch<'c> {
     }
 
     fn write(&mut self, row: LogRow) {
+        // The row this one supersedes stops being its key's latest.
+        if row.prev_revision != 0 {
+            let previous =
+                self.pending.iter_mut().rev().find(|pending| {
+                    pending.key == row.key && pending.revision == row.prev_revision
+                });
+            match previous {
+                Some(previous) => previous.next_revision = row.revision,
+                None => self
+                    .links
+                    .push((row.key.clone(), row.prev_revision, row.revision)),
+            }
+        }
         let latest = LatestRow {
             kv: KeyValue {
                 key: row.key.clone(),
@@ -150,7 +168,17 @@ impl<'c> Batch<'c> {
                     .bind(row.prev_revision)
                     .bind(row.version)
                     .bind(row.lease)
-                    .bind(i64::from(row.deleted));
+                    .bind(i64::from(row.deleted))
+                    .bind(row.next_revision);
+            }
+            query.execute(&mut *self.conn).await.map_err(translate)?;
+        }
+        let links = std::mem::take(&mut self.links);
+        for chunk in links.chunks(ROWS_PER_INSERT) {
+            let sql = link_rows(self.dialect, chunk.len());
+            let mut query = sqlx::query(&sql);
+            for (key, revision, next) in chunk {
+                query = query.bind(key.clone()).bind(*revision).bind(*next);
             }
             query.execute(&mut *self.conn).await.map_err(translate)?;
         }
@@ -161,6 +189,7 @@ impl<'c> Batch<'c> {
     pub fn forget(&mut self) {
         self.cache.clear();
         self.pending.clear();
+        self.links.clear();
     }
 
     /// A range query on the database, which first receives pending rows.
@@ -444,6 +473,7 @@ impl TxnContext<'_, '_> {
             version,
             lease,
             deleted: false,
+            next_revision: 0,
         };
         self.sub += 1;
         self.batch.write(row);
@@ -486,6 +516,7 @@ impl TxnContext<'_, '_> {
             version: 0,
             lease: 0,
             deleted: true,
+            next_revision: 0,
         };
         self.sub += 1;
         self.batch.write(row);
