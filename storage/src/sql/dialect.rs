@@ -3,20 +3,16 @@
 //!
 //! Every statement is a `&'static str`, so nothing user-supplied is ever spliced into SQL.
 
+use crate::types::Revision;
+
 /// One database's statements.
 pub(crate) struct Dialect {
     pub name: &'static str,
-    /// Opens a write transaction that excludes other writers.
-    pub begin_write: &'static str,
-    /// `(revision, compact_revision)`, locking the row inside a write transaction.
-    pub lock_meta: &'static str,
+    /// Opens a write transaction that excludes other writers and reads
+    /// `(revision, compact_revision)`, in one round trip (several statements: simple protocol).
+    pub begin_and_lock: &'static str,
     /// `(revision, compact_revision)`.
     pub read_meta: &'static str,
-    /// Sets the revision to `?1` and, where the database can, tells other processes on
-    /// channel `?2` (one statement: it is on every commit's path).
-    pub set_revision: &'static str,
-    /// `?1` compact revision.
-    pub set_compact_revision: &'static str,
     /// Latest row of key `?1`: `(key, value, create_revision, revision, version, lease, deleted)`.
     pub latest_row: &'static str,
     /// Live kvs in `[?1, ?2)` at revision `?3`, at most `?4`:
@@ -59,11 +55,8 @@ pub(crate) struct Dialect {
 
 pub(crate) const SQLITE: Dialect = Dialect {
     name: "sqlite",
-    begin_write: "BEGIN IMMEDIATE",
-    lock_meta: "SELECT revision, compact_revision FROM rudder_meta WHERE id = 1",
+    begin_and_lock: "BEGIN IMMEDIATE; SELECT revision, compact_revision FROM rudder_meta WHERE id = 1",
     read_meta: "SELECT revision, compact_revision FROM rudder_meta WHERE id = 1",
-    set_revision: "UPDATE rudder_meta SET revision = ?1 WHERE id = 1 AND ?2 IS NOT NULL",
-    set_compact_revision: "UPDATE rudder_meta SET compact_revision = ?1 WHERE id = 1",
     latest_row: "SELECT key, value, create_revision, revision, version, lease, deleted \
         FROM rudder_log WHERE key = ?1 ORDER BY revision DESC LIMIT 1",
     range_bounded: "SELECT l.key, l.value, l.create_revision, l.revision, l.version, l.lease \
@@ -107,12 +100,8 @@ pub(crate) const SQLITE: Dialect = Dialect {
 
 pub(crate) const POSTGRES: Dialect = Dialect {
     name: "postgres",
-    begin_write: "BEGIN",
-    lock_meta: "SELECT revision, compact_revision FROM rudder_meta WHERE id = 1 FOR UPDATE",
+    begin_and_lock: "BEGIN; SELECT revision, compact_revision FROM rudder_meta WHERE id = 1 FOR UPDATE",
     read_meta: "SELECT revision, compact_revision FROM rudder_meta WHERE id = 1",
-    set_revision: "WITH updated AS (UPDATE rudder_meta SET revision = $1 WHERE id = 1 RETURNING revision) \
-        SELECT pg_notify($2, revision::text) FROM updated",
-    set_compact_revision: "UPDATE rudder_meta SET compact_revision = $1 WHERE id = 1",
     latest_row: "SELECT key, value, create_revision, revision, version, lease, deleted \
         FROM rudder_log WHERE key = $1 ORDER BY revision DESC LIMIT 1",
     range_bounded: "SELECT l.key, l.value, l.create_revision, l.revision, l.version, l.lease \
@@ -181,6 +170,42 @@ pub(crate) fn insert_rows(dialect: &Dialect, rows: usize) -> String {
     sql
 }
 
+/// Ends a write transaction in one round trip: stores the new counters, tells other processes
+/// on `channel` (PostgreSQL) and commits. Only integers and the channel — a name made of
+/// `[a-z0-9_]` (the schema name is validated) — are spliced in; never data.
+pub(crate) fn finish_write(
+    dialect: &Dialect,
+    revision: Option<Revision>,
+    compact_revision: Option<Revision>,
+    channel: &str,
+) -> String {
+    let mut sql = String::new();
+    let mut assignments = Vec::new();
+    if let Some(revision) = revision {
+        assignments.push(format!("revision = {revision}"));
+    }
+    if let Some(compact_revision) = compact_revision {
+        assignments.push(format!("compact_revision = {compact_revision}"));
+    }
+    if !assignments.is_empty() {
+        sql.push_str(&format!(
+            "UPDATE rudder_meta SET {} WHERE id = 1; ",
+            assignments.join(", ")
+        ));
+    }
+    if let (Some(revision), "postgres") = (revision, dialect.name) {
+        let safe = !channel.is_empty()
+            && channel
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if safe {
+            sql.push_str(&format!("NOTIFY {channel}, '{revision}'; "));
+        }
+    }
+    sql.push_str("COMMIT");
+    sql
+}
+
 /// Marks `rows` rows `(key, revision)` as superseded at `next_revision`, in one statement
 /// (placeholders in triples: key, revision, next revision).
 pub(crate) fn link_rows(dialect: &Dialect, rows: usize) -> String {
@@ -219,6 +244,22 @@ pub(crate) fn latest_rows(dialect: &Dialect, keys: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_write_ends_with_counters_notification_and_commit_in_one_round_trip() {
+        assert_eq!(
+            finish_write(&POSTGRES, Some(7), None, "rudder_public"),
+            "UPDATE rudder_meta SET revision = 7 WHERE id = 1; NOTIFY rudder_public, '7'; COMMIT"
+        );
+        assert_eq!(
+            finish_write(&SQLITE, Some(7), Some(3), ""),
+            "UPDATE rudder_meta SET revision = 7, compact_revision = 3 WHERE id = 1; COMMIT"
+        );
+        assert_eq!(
+            finish_write(&POSTGRES, None, None, "rudder_x; DROP"),
+            "COMMIT"
+        );
+    }
 
     #[test]
     fn generated_statements_use_each_dialects_placeholders() {

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //!  callers ──Job──▶ mpsc ──▶ writer task: BEGIN; lock meta; [SAVEPOINT; job; RELEASE]×n;
-//!                                         UPDATE meta; NOTIFY; COMMIT ──▶ replies, poke poller
+//!                                         UPDATE meta + NOTIFY + COMMIT ──▶ replies, poke poller
 //! ```
 //!
 //! The meta row lock serializes writers of *all* processes on one database, so revisions are
@@ -18,8 +18,9 @@ use sqlx::{Connection, Executor, Row};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 
+use super::dialect::finish_write;
 use super::dialect::Dialect;
-use super::reader::{now_ms, read_meta};
+use super::reader::{now_ms, Meta};
 use super::translate;
 use super::txn::{keys_of, may_fail_midway, Batch};
 use crate::error::{Error, Result};
@@ -163,10 +164,23 @@ impl Writer {
         batch: &[Job],
         outcomes: &mut Vec<Result<Outcome>>,
     ) -> Result<(bool, Option<(Revision, Revision)>)> {
-        conn.execute(self.dialect.begin_write)
+        // No bind arguments: the simple protocol, which takes several statements at once.
+        let locked = conn
+            .fetch_all(self.dialect.begin_and_lock)
             .await
             .map_err(translate)?;
-        let meta = read_meta(conn, self.dialect.lock_meta).await?;
+        let meta = match locked.first() {
+            Some(row) => Meta {
+                revision: row.try_get(0).map_err(translate)?,
+                compact_revision: row.try_get(1).map_err(translate)?,
+            },
+            None => {
+                return Err(Error::Backend {
+                    message: "rudder_meta has no row: the database was not migrated".into(),
+                    source: None,
+                })
+            }
+        };
         let mut state = Batch::new(conn, self.dialect, meta.revision, meta.compact_revision);
         let mut keys = Vec::new();
         for job in batch {
@@ -225,22 +239,13 @@ impl Writer {
         state.flush().await?;
         let (revision, compact_revision) = (state.revision, state.compact_revision);
         let wrote = revision != meta.revision;
-        if wrote {
-            sqlx::query(self.dialect.set_revision)
-                .bind(revision)
-                .bind(self.channel.clone())
-                .execute(&mut *conn)
-                .await
-                .map_err(translate)?;
-        }
-        if compact_revision != meta.compact_revision {
-            sqlx::query(self.dialect.set_compact_revision)
-                .bind(compact_revision)
-                .execute(&mut *conn)
-                .await
-                .map_err(translate)?;
-        }
-        conn.execute("COMMIT").await.map_err(translate)?;
+        let finish = finish_write(
+            self.dialect,
+            wrote.then_some(revision),
+            (compact_revision != meta.compact_revision).then_some(compact_revision),
+            &self.channel,
+        );
+        conn.execute(finish.as_str()).await.map_err(translate)?;
         Ok((wrote, compaction))
     }
 
