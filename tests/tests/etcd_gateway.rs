@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use etcd_client::{
     Client, Compare, CompareOp, DeleteOptions, EventType, GetOptions, LeaseTimeToLiveOptions,
-    PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, WatchOptions,
+    PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, WatchFilterType, WatchOptions,
 };
 use rudder_etcd_gateway::Gateway;
 use rudder_storage::testing::{self, Harness};
@@ -223,6 +223,41 @@ async fn scenario(client: &mut Client, prefix: &str) -> Vec<String> {
     log.extend(events);
     drop(stream);
 
+    // One stream, two watches (one without puts), a progress request, a cancel.
+    let filtered = WatchOptions::new().with_prefix().with_filters([WatchFilterType::NoPut]);
+    let mut stream = client.watch(key("f/"), Some(filtered)).await.unwrap();
+    let created = next_response(&mut stream).await;
+    log.push(format!("watch created={} id={}", created.created(), created.watch_id()));
+    stream.watch(key("g/"), Some(WatchOptions::new().with_prefix())).await.unwrap();
+    let created = next_response(&mut stream).await;
+    log.push(format!("watch created={} id={}", created.created(), created.watch_id()));
+    client.put(key("f/x"), "1", None).await.unwrap();
+    client.delete(key("f/x"), None).await.unwrap();
+    let last = client.put(key("g/y"), "2", None).await.unwrap().header().unwrap().revision();
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let response = next_response(&mut stream).await;
+        for event in response.events() {
+            let kind = if event.event_type() == EventType::Put { "PUT" } else { "DELETE" };
+            let name = event.kv().map(|kv| kv.key_str().unwrap().trim_start_matches(prefix).to_string());
+            seen.push(format!("watch {}: {kind} {name:?}", response.watch_id()));
+        }
+    }
+    seen.sort();
+    log.extend(seen);
+    stream.request_progress().await.unwrap();
+    let progress = next_response(&mut stream).await;
+    log.push(format!(
+        "progress id={} events={} covers last write={}",
+        progress.watch_id(),
+        progress.events().len(),
+        progress.header().unwrap().revision() >= last
+    ));
+    stream.cancel(created.watch_id()).await.unwrap();
+    let canceled = next_response(&mut stream).await;
+    log.push(format!("cancel id={} canceled={}", canceled.watch_id(), canceled.canceled()));
+    drop(stream);
+
     // Leases.
     let lease = client.lease_grant(30, None).await.unwrap();
     log.push(format!("lease ttl {}", lease.ttl()));
@@ -333,6 +368,14 @@ async fn scenario(client: &mut Client, prefix: &str) -> Vec<String> {
         error_text(client.put(key("big"), big, None).await.unwrap_err())
     ));
     log
+}
+
+async fn next_response(stream: &mut etcd_client::WatchStream) -> etcd_client::WatchResponse {
+    tokio::time::timeout(Duration::from_secs(10), stream.message())
+        .await
+        .expect("a watch response within 10 s")
+        .unwrap()
+        .expect("the watch stream is open")
 }
 
 fn describe_txn(
