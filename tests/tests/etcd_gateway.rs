@@ -224,22 +224,47 @@ async fn scenario(client: &mut Client, prefix: &str) -> Vec<String> {
     drop(stream);
 
     // One stream, two watches (one without puts), a progress request, a cancel.
-    let filtered = WatchOptions::new().with_prefix().with_filters([WatchFilterType::NoPut]);
+    let filtered = WatchOptions::new()
+        .with_prefix()
+        .with_filters([WatchFilterType::NoPut]);
     let mut stream = client.watch(key("f/"), Some(filtered)).await.unwrap();
     let created = next_response(&mut stream).await;
-    log.push(format!("watch created={} id={}", created.created(), created.watch_id()));
-    stream.watch(key("g/"), Some(WatchOptions::new().with_prefix())).await.unwrap();
+    log.push(format!(
+        "watch created={} id={}",
+        created.created(),
+        created.watch_id()
+    ));
+    stream
+        .watch(key("g/"), Some(WatchOptions::new().with_prefix()))
+        .await
+        .unwrap();
     let created = next_response(&mut stream).await;
-    log.push(format!("watch created={} id={}", created.created(), created.watch_id()));
+    log.push(format!(
+        "watch created={} id={}",
+        created.created(),
+        created.watch_id()
+    ));
     client.put(key("f/x"), "1", None).await.unwrap();
     client.delete(key("f/x"), None).await.unwrap();
-    let last = client.put(key("g/y"), "2", None).await.unwrap().header().unwrap().revision();
+    let last = client
+        .put(key("g/y"), "2", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
     let mut seen = Vec::new();
     while seen.len() < 2 {
         let response = next_response(&mut stream).await;
         for event in response.events() {
-            let kind = if event.event_type() == EventType::Put { "PUT" } else { "DELETE" };
-            let name = event.kv().map(|kv| kv.key_str().unwrap().trim_start_matches(prefix).to_string());
+            let kind = if event.event_type() == EventType::Put {
+                "PUT"
+            } else {
+                "DELETE"
+            };
+            let name = event
+                .kv()
+                .map(|kv| kv.key_str().unwrap().trim_start_matches(prefix).to_string());
             seen.push(format!("watch {}: {kind} {name:?}", response.watch_id()));
         }
     }
@@ -255,7 +280,11 @@ async fn scenario(client: &mut Client, prefix: &str) -> Vec<String> {
     ));
     stream.cancel(created.watch_id()).await.unwrap();
     let canceled = next_response(&mut stream).await;
-    log.push(format!("cancel id={} canceled={}", canceled.watch_id(), canceled.canceled()));
+    log.push(format!(
+        "cancel id={} canceled={}",
+        canceled.watch_id(),
+        canceled.canceled()
+    ));
     drop(stream);
 
     // Leases.

@@ -261,12 +261,72 @@ impl Reader {
 
     pub async fn range(&self, request: &RangeRequest) -> Result<RangeResponse> {
         let mut conn = self.conn().await?;
-        let meta = read_meta(&mut conn, self.dialect.read_meta).await?;
+        if request.count_only {
+            let meta = read_meta(&mut conn, self.dialect.read_meta).await?;
+            let revision = Self::check_revision(meta, request.revision)?;
+            let mut response = range_at(&mut conn, self.dialect, request, revision).await?;
+            response.revision = meta.revision;
+            return Ok(response);
+        }
+        // The counters and the rows in one statement, so one snapshot and one round trip.
+        let (start, end, bounded) = bounds(&request.range);
+        let sql = if bounded {
+            self.dialect.range_snapshot_bounded
+        } else {
+            self.dialect.range_snapshot_unbounded
+        };
+        let fetch = if request.limit > 0 {
+            request.limit.saturating_add(1)
+        } else {
+            i64::MAX
+        };
+        let rows = sqlx::query(sql)
+            .bind(start.clone())
+            .bind(end.clone())
+            .bind(request.revision.max(0))
+            .bind(fetch)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(translate)?;
+        let Some(first) = rows.first() else {
+            return Err(Error::Backend {
+                message: "rudder_meta has no row: the database was not migrated".into(),
+                source: None,
+            });
+        };
+        let meta = Meta {
+            revision: first.try_get(0).map_err(translate)?,
+            compact_revision: first.try_get(1).map_err(translate)?,
+        };
         let revision = Self::check_revision(meta, request.revision)?;
-        let mut response = range_at(&mut conn, self.dialect, request, revision).await?;
-        if request.revision > 0 {
-            // Compaction may have run while we read: the rows of a compacted revision are not
-            // trustworthy, so report it as compacted.
+        let mut kvs = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let key: Option<Vec<u8>> = row.try_get(2).map_err(translate)?;
+            let Some(key) = key else { continue };
+            let value: Vec<u8> = if request.keys_only {
+                Vec::new()
+            } else {
+                row.try_get(3).map_err(translate)?
+            };
+            kvs.push(KeyValue {
+                key,
+                value,
+                create_revision: row.try_get(4).map_err(translate)?,
+                mod_revision: row.try_get(5).map_err(translate)?,
+                version: row.try_get(6).map_err(translate)?,
+                lease: row.try_get(7).map_err(translate)?,
+            });
+        }
+        let more = request.limit > 0 && kvs.len() as i64 > request.limit;
+        let count = if more {
+            kvs.truncate(request.limit as usize);
+            let count_sql = if bounded {
+                self.dialect.count_bounded
+            } else {
+                self.dialect.count_unbounded
+            };
+            let count = count_at(&mut conn, count_sql, &start, &end, revision).await?;
+            // Compaction may have run between the two statements.
             let after = read_meta(&mut conn, self.dialect.read_meta).await?;
             if revision < after.compact_revision {
                 return Err(Error::Compacted {
@@ -274,9 +334,16 @@ impl Reader {
                     compacted: after.compact_revision,
                 });
             }
-        }
-        response.revision = meta.revision;
-        Ok(response)
+            count
+        } else {
+            kvs.len() as i64
+        };
+        Ok(RangeResponse {
+            kvs,
+            more,
+            count,
+            revision: meta.revision,
+        })
     }
 
     pub async fn events(
