@@ -10,7 +10,10 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use futures::future::BoxFuture;
-use rudder_storage::Storage;
+use rudder_storage::{
+    Lease, LeaseId, LeaseInfo, RangeRequest, RangeResponse, Revision, Status, Storage, TxnRequest,
+    TxnResponse, WatchRequest, WatchStream,
+};
 
 /// The subject every ratio is computed against.
 pub const REFERENCE: &str = "etcd";
@@ -96,6 +99,27 @@ async fn open(name: &str, options: &Options) -> Result<Subject> {
             let url = format!("etcd://{endpoint}/rudder-bench-{tag}?compact_interval=0");
             driver(name, url, None).await
         }
+        "postgres-pair" => {
+            // Two stores on one database, as two Rudder servers: writes and reads go through
+            // the first, watches through the second, so watch latency crosses processes
+            // (LISTEN/NOTIFY) the way it does in an HA control plane.
+            let base = &options.postgres_url;
+            let separator = if base.contains('?') { '&' } else { '?' };
+            let url = format!("{base}{separator}schema=rudder_bench_{tag}pair&compact_interval=0");
+            let mut subject = driver(name, url.clone(), None).await?;
+            let watcher = match rudder_storage::open(&url).await {
+                Ok(watcher) => watcher,
+                Err(error) => {
+                    let _ = subject.close().await;
+                    return Err(error).context("opening the second postgres store");
+                }
+            };
+            subject.store = Arc::new(SplitStore {
+                writer: subject.store.clone(),
+                watcher,
+            });
+            Ok(subject)
+        }
         gateway if gateway.starts_with("gateway-") => {
             let inner_name = &gateway["gateway-".len()..];
             if inner_name.starts_with("gateway-") {
@@ -111,7 +135,7 @@ async fn open(name: &str, options: &Options) -> Result<Subject> {
             behind_gateway(gateway, inner).await
         }
         other => bail!(
-            "unknown subject {other:?}: use sqlite, postgres, etcd, or gateway-<driver> (e.g. gateway-sqlite)"
+            "unknown subject {other:?}: use sqlite, postgres, postgres-pair, etcd, or gateway-<driver> (e.g. gateway-sqlite)"
         ),
     }
 }
@@ -145,6 +169,54 @@ async fn behind_gateway(name: &str, inner: Subject) -> Result<Subject> {
         store,
         cleanup: Some(cleanup),
     })
+}
+
+/// Two stores on one backend: everything goes to `writer` except watches, which `watcher` serves.
+struct SplitStore {
+    writer: Arc<dyn Storage>,
+    watcher: Arc<dyn Storage>,
+}
+
+#[async_trait::async_trait]
+impl Storage for SplitStore {
+    async fn range(&self, request: RangeRequest) -> rudder_storage::Result<RangeResponse> {
+        self.writer.range(request).await
+    }
+    async fn txn(&self, request: TxnRequest) -> rudder_storage::Result<TxnResponse> {
+        self.writer.txn(request).await
+    }
+    async fn watch(&self, request: WatchRequest) -> rudder_storage::Result<WatchStream> {
+        self.watcher.watch(request).await
+    }
+    async fn compact(&self, revision: Revision) -> rudder_storage::Result<()> {
+        self.writer.compact(revision).await
+    }
+    async fn lease_grant(&self, ttl: i64, id: LeaseId) -> rudder_storage::Result<Lease> {
+        self.writer.lease_grant(ttl, id).await
+    }
+    async fn lease_keep_alive(&self, id: LeaseId) -> rudder_storage::Result<i64> {
+        self.writer.lease_keep_alive(id).await
+    }
+    async fn lease_revoke(&self, id: LeaseId) -> rudder_storage::Result<()> {
+        self.writer.lease_revoke(id).await
+    }
+    async fn lease_time_to_live(
+        &self,
+        id: LeaseId,
+        keys: bool,
+    ) -> rudder_storage::Result<LeaseInfo> {
+        self.writer.lease_time_to_live(id, keys).await
+    }
+    async fn lease_list(&self) -> rudder_storage::Result<Vec<LeaseId>> {
+        self.writer.lease_list().await
+    }
+    async fn status(&self) -> rudder_storage::Result<Status> {
+        self.writer.status().await
+    }
+    async fn close(&self) {
+        self.watcher.close().await;
+        self.writer.close().await;
+    }
 }
 
 /// A Rudder driver opened by URL; the cleanup wipes the URL (and removes `scratch`).
