@@ -47,6 +47,26 @@ pub(crate) async fn read_meta(conn: &mut AnyConnection, sql: &'static str) -> Re
     })
 }
 
+/// `(ttl, expires_at_ms)` of a lease, on `conn`.
+pub(crate) async fn read_lease(
+    conn: &mut AnyConnection,
+    dialect: &Dialect,
+    id: LeaseId,
+) -> Result<Option<(i64, i64)>> {
+    let row = sqlx::query(dialect.read_lease)
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(translate)?;
+    match row {
+        None => Ok(None),
+        Some(row) => Ok(Some((
+            row.try_get(0).map_err(translate)?,
+            row.try_get(1).map_err(translate)?,
+        ))),
+    }
+}
+
 /// `(key, value, create_revision, mod_revision, version, lease)` columns 0..6.
 fn kv_from_row(row: &AnyRow) -> Result<KeyValue> {
     Ok(KeyValue {
@@ -374,18 +394,8 @@ impl Reader {
 
     /// `(ttl, expires_at_ms)` of a lease.
     pub async fn lease(&self, id: LeaseId) -> Result<Option<(i64, i64)>> {
-        let row = sqlx::query(self.dialect.read_lease)
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(translate)?;
-        match row {
-            None => Ok(None),
-            Some(row) => Ok(Some((
-                row.try_get(0).map_err(translate)?,
-                row.try_get(1).map_err(translate)?,
-            ))),
-        }
+        let mut conn = self.conn().await?;
+        read_lease(&mut conn, self.dialect, id).await
     }
 
     pub async fn lease_keys(&self, id: LeaseId) -> Result<Vec<Vec<u8>>> {

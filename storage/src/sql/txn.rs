@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use sqlx::{AnyConnection, Row};
 
 use super::dialect::{insert_rows, latest_rows, link_rows, Dialect};
-use super::reader::{now_ms, range_at, LatestRow};
+use super::reader::{now_ms, range_at, read_lease, LatestRow};
 use super::translate;
 use crate::error::{Error, Result};
 use crate::types::*;
@@ -211,18 +211,7 @@ impl<'c> Batch<'c> {
 
     /// `(ttl, expires_at_ms)` of a lease.
     pub async fn lease(&mut self, id: LeaseId) -> Result<Option<(i64, i64)>> {
-        let row = sqlx::query(self.dialect.read_lease)
-            .bind(id)
-            .fetch_optional(&mut *self.conn)
-            .await
-            .map_err(translate)?;
-        match row {
-            None => Ok(None),
-            Some(row) => Ok(Some((
-                row.try_get(0).map_err(translate)?,
-                row.try_get(1).map_err(translate)?,
-            ))),
-        }
+        read_lease(self.conn, self.dialect, id).await
     }
 
     /// Runs `request` as the next revision's transaction. Only a `protected` transaction (run
