@@ -119,6 +119,8 @@ impl SqlStore {
             setup.push(format!("SET statement_timeout = {ms}"));
         }
         let channel = format!("rudder_{}", config.schema.as_deref().unwrap_or("public"));
+        // Lets a DBA (and the tests) tell Rudder's connections apart in pg_stat_activity.
+        setup.push(format!("SET application_name = '{channel}'"));
         let connection = Connection {
             options,
             setup,
