@@ -9,7 +9,7 @@ rudder_storage::conformance_tests!(rudder_storage::testing::postgres());
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stores_recover_when_the_database_drops_their_connections() {
     use futures::StreamExt;
-    use rudder_storage::{KeyRange, Storage, WatchRequest};
+    use rudder_storage::{KeyRange, WatchRequest};
     use sqlx::Connection;
     use std::time::Duration;
 
