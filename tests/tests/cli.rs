@@ -75,3 +75,46 @@ fn storage_check_reports_bad_postgres_credentials() {
     assert!(!ok);
     assert!(stderr.contains("check the user and password"), "{stderr}");
 }
+
+/// TLS to PostgreSQL from the URL alone: `sslmode=require`, and `verify-full` against a root CA
+/// (here the server's own self-signed certificate, as Debian sets PostgreSQL up).
+#[test]
+fn storage_check_reaches_postgres_over_tls() {
+    let Some(base) = rudder_storage::testing::service(rudder_storage::testing::POSTGRES_ENV) else {
+        return;
+    };
+    let ca = "/etc/ssl/certs/ssl-cert-snakeoil.pem";
+    let ssl_on = std::process::Command::new("psql")
+        .args([base.as_str(), "-Atc", "SHOW ssl"])
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim() == "on")
+        .unwrap_or(false);
+    if !ssl_on || !std::path::Path::new(ca).exists() {
+        // Only a throw-away cluster started by scripts/test.sh lacks TLS; say so loudly.
+        eprintln!("SKIPPED: this PostgreSQL has no TLS (ssl = off) or {ca} is missing");
+        return;
+    }
+    let schema = format!("tls_{:08x}", rand::random::<u32>());
+    let separator = if base.contains('?') { '&' } else { '?' };
+    let required = format!("{base}{separator}sslmode=require&schema={schema}");
+    let (ok, stdout, stderr) = run(&["storage", "check", "--storage", &required]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("driver:           postgres"), "{stdout}");
+
+    // The certificate names localhost: verify-full passes for that name and fails for the IP.
+    let verify = format!("{required}&sslmode=verify-full&sslrootcert={ca}");
+    if verify.contains("@127.0.0.1:") {
+        let (ok, _, stderr) = run(&[
+            "storage",
+            "check",
+            "--storage",
+            &verify.replace("@127.0.0.1:", "@localhost:"),
+        ]);
+        assert!(ok, "verify-full against the server's CA: {stderr}");
+        let (ok, _, stderr) = run(&["storage", "check", "--storage", &verify]);
+        assert!(!ok, "a certificate for another name must be refused");
+        assert!(stderr.contains("check sslmode and sslrootcert"), "{stderr}");
+    }
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(rudder_storage::wipe(&required)).unwrap();
+}
