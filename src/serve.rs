@@ -22,6 +22,13 @@ pub struct EtcdArgs {
     /// Address the etcd v3 gRPC API listens on.
     #[arg(long, default_value = "127.0.0.1:2379")]
     listen: SocketAddr,
+    /// How often watches that ask for progress notifications get one (like etcd's flag).
+    #[arg(long, default_value = "10m", value_parser = parse_interval)]
+    watch_progress_notify_interval: std::time::Duration,
+}
+
+fn parse_interval(text: &str) -> Result<std::time::Duration, String> {
+    rudder_storage::config::parse_duration(text).map_err(|error| error.to_string())
 }
 
 #[derive(clap::Args)]
@@ -35,6 +42,9 @@ pub struct ServerArgs {
     /// Address the etcd v3 gateway listens on.
     #[arg(long, default_value = "127.0.0.1:2379")]
     etcd_listen: SocketAddr,
+    /// How often gateway watches that ask for progress notifications get one.
+    #[arg(long, default_value = "10m", value_parser = parse_interval)]
+    watch_progress_notify_interval: std::time::Duration,
 }
 
 fn storage_url(storage: Option<String>, data_dir: &std::path::Path) -> String {
@@ -43,7 +53,12 @@ fn storage_url(storage: Option<String>, data_dir: &std::path::Path) -> String {
 
 /// `rudder etcd`.
 pub async fn etcd(args: EtcdArgs) -> Result<()> {
-    serve_gateway(&storage_url(args.storage, &args.data_dir), args.listen).await
+    serve_gateway(
+        &storage_url(args.storage, &args.data_dir),
+        args.listen,
+        args.watch_progress_notify_interval,
+    )
+    .await
 }
 
 /// `rudder server`.
@@ -51,10 +66,19 @@ pub async fn server(args: ServerArgs) -> Result<()> {
     tracing::warn!(
         "the Kubernetes API is not built yet: this server offers the etcd v3 gateway only"
     );
-    serve_gateway(&storage_url(args.storage, &args.data_dir), args.etcd_listen).await
+    serve_gateway(
+        &storage_url(args.storage, &args.data_dir),
+        args.etcd_listen,
+        args.watch_progress_notify_interval,
+    )
+    .await
 }
 
-async fn serve_gateway(url: &str, listen: SocketAddr) -> Result<()> {
+async fn serve_gateway(
+    url: &str,
+    listen: SocketAddr,
+    progress_notify_interval: std::time::Duration,
+) -> Result<()> {
     let store = rudder_storage::open(url).await?;
     let status = store.status().await?;
     let listener = tokio::net::TcpListener::bind(listen)
@@ -77,6 +101,7 @@ async fn serve_gateway(url: &str, listen: SocketAddr) -> Result<()> {
         stop.cancel();
     });
     let served = Gateway::new(store.clone(), format!("http://{local}"))
+        .with_progress_notify_interval(progress_notify_interval)
         .serve(listener, shutdown)
         .await;
     store.close().await;

@@ -84,6 +84,20 @@ impl Gateway {
         }
     }
 
+    /// Sets how often a watch that asked for `progress_notify` gets a progress notification
+    /// (etcd's `--experimental-watch-progress-notify-interval`, 10 minutes by default).
+    pub fn with_progress_notify_interval(mut self, interval: std::time::Duration) -> Self {
+        let identity = Identity {
+            cluster_id: self.identity.cluster_id,
+            member_id: self.identity.member_id,
+            name: self.identity.name.clone(),
+            client_url: self.identity.client_url.clone(),
+            progress_notify_interval: interval.max(std::time::Duration::from_millis(10)),
+        };
+        self.identity = Arc::new(identity);
+        self
+    }
+
     /// Serves on `listener` until `shutdown` is cancelled.
     pub async fn serve(
         self,
@@ -116,9 +130,18 @@ impl Gateway {
         store: Arc<dyn Storage>,
         address: SocketAddr,
     ) -> std::io::Result<RunningGateway> {
+        Self::spawn_with(store, address, |gateway| gateway).await
+    }
+
+    /// As [`Gateway::spawn`], with the gateway adjusted by `configure` first.
+    pub async fn spawn_with(
+        store: Arc<dyn Storage>,
+        address: SocketAddr,
+        configure: impl FnOnce(Gateway) -> Gateway,
+    ) -> std::io::Result<RunningGateway> {
         let listener = TcpListener::bind(address).await?;
         let local_addr = listener.local_addr()?;
-        let gateway = Gateway::new(store, format!("http://{local_addr}"));
+        let gateway = configure(Gateway::new(store, format!("http://{local_addr}")));
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(gateway.serve(listener, shutdown.clone()));
         Ok(RunningGateway {

@@ -486,3 +486,47 @@ async fn gateway_over_etcd_behaves_like_real_etcd() {
     };
     compare_with_real_etcd(harness).await;
 }
+
+/// A watch that asks for progress notifications gets them at the configured interval, with a
+/// revision that covers the writes before it (etcd's default interval is 10 minutes, so this is
+/// checked on the gateway alone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_get_progress_notifications_at_the_configured_interval() {
+    let Some(harness) = testing::sqlite().await else {
+        return;
+    };
+    let store = harness.open().await;
+    let gateway = Gateway::spawn_with(store.clone(), SocketAddr::from(([127, 0, 0, 1], 0)), |g| {
+        g.with_progress_notify_interval(Duration::from_millis(200))
+    })
+    .await
+    .unwrap();
+    let mut client = Client::connect([gateway.local_addr.to_string()], None)
+        .await
+        .unwrap();
+    let options = WatchOptions::new().with_prefix().with_progress_notify();
+    let mut stream = client.watch("/quiet/", Some(options)).await.unwrap();
+    let created = next_response(&mut stream).await;
+    assert!(created.created());
+    let written = client
+        .put("/elsewhere", "x", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    loop {
+        let response = next_response(&mut stream).await;
+        assert!(
+            response.events().is_empty(),
+            "nothing was written under /quiet/"
+        );
+        assert_eq!(response.watch_id(), created.watch_id());
+        if response.header().unwrap().revision() >= written {
+            break;
+        }
+    }
+    drop(stream);
+    gateway.shutdown().await;
+    store.close().await;
+}
