@@ -20,10 +20,11 @@ pub(crate) struct Dialect {
     pub range_bounded: &'static str,
     /// As `range_bounded` for keys `>= ?1`, with `?3`/`?4` kept in place (`?2` unused).
     pub range_unbounded: &'static str,
-    /// One round trip for a read: the counters, then the live kvs in `[?1, ?2)` at revision `?3`
-    /// (0: the current one), at most `?4`, from one snapshot:
-    /// `(revision, compact_revision, key, value, create_revision, mod_revision, version, lease)`,
-    /// the kv columns NULL when nothing matched.
+    /// One round trip for a read, from one snapshot: a row with the counters
+    /// `(revision, compact_revision, NULL…)`, then the live kvs in `[?1, ?2)` at revision `?3`
+    /// (0: the current one), at most `?4`, as `(NULL, NULL, key, value, create_revision,
+    /// mod_revision, version, lease)`. (A union rather than a join, so the page is an ordered
+    /// index scan that stops at the limit.)
     pub range_snapshot_bounded: &'static str,
     /// As `range_snapshot_bounded` for keys `>= ?1` (`?2` unused).
     pub range_snapshot_unbounded: &'static str,
@@ -76,16 +77,20 @@ pub(crate) const SQLITE: Dialect = Dialect {
         ORDER BY l.key LIMIT ?4",
     range_snapshot_bounded: "WITH m AS (SELECT revision, compact_revision, \
         CASE WHEN ?3 > 0 THEN ?3 ELSE revision END AS at FROM rudder_meta WHERE id = 1) \
-        SELECT m.revision, m.compact_revision, l.key, l.value, l.create_revision, l.revision, l.version, l.lease \
-        FROM m LEFT JOIN rudder_log l ON l.key >= ?1 AND l.key < ?2 AND l.revision <= m.at AND l.deleted = 0 \
-        AND (l.next_revision = 0 OR l.next_revision > m.at) \
-        ORDER BY l.key LIMIT ?4",
+        SELECT revision, compact_revision, NULL, NULL, NULL, NULL, NULL, NULL FROM m \
+        UNION ALL SELECT * FROM (\
+        SELECT NULL, NULL, l.key, l.value, l.create_revision, l.revision, l.version, l.lease \
+        FROM rudder_log l WHERE l.key >= ?1 AND l.key < ?2 AND l.revision <= (SELECT at FROM m) \
+        AND l.deleted = 0 AND (l.next_revision = 0 OR l.next_revision > (SELECT at FROM m)) \
+        ORDER BY l.key LIMIT ?4) AS page",
     range_snapshot_unbounded: "WITH m AS (SELECT revision, compact_revision, \
         CASE WHEN ?3 > 0 THEN ?3 ELSE revision END AS at FROM rudder_meta WHERE id = 1) \
-        SELECT m.revision, m.compact_revision, l.key, l.value, l.create_revision, l.revision, l.version, l.lease \
-        FROM m LEFT JOIN rudder_log l ON l.key >= ?1 AND ?2 IS NOT NULL AND l.revision <= m.at AND l.deleted = 0 \
-        AND (l.next_revision = 0 OR l.next_revision > m.at) \
-        ORDER BY l.key LIMIT ?4",
+        SELECT revision, compact_revision, NULL, NULL, NULL, NULL, NULL, NULL FROM m \
+        UNION ALL SELECT * FROM (\
+        SELECT NULL, NULL, l.key, l.value, l.create_revision, l.revision, l.version, l.lease \
+        FROM rudder_log l WHERE l.key >= ?1 AND ?2 IS NOT NULL AND l.revision <= (SELECT at FROM m) \
+        AND l.deleted = 0 AND (l.next_revision = 0 OR l.next_revision > (SELECT at FROM m)) \
+        ORDER BY l.key LIMIT ?4) AS page",
     count_bounded: "SELECT COUNT(*) FROM rudder_log l WHERE l.key >= ?1 AND l.key < ?2 AND l.revision <= ?3 AND l.deleted = 0 \
         AND (l.next_revision = 0 OR l.next_revision > ?3)",
     count_unbounded: "SELECT COUNT(*) FROM rudder_log l WHERE l.key >= ?1 AND ?2 IS NOT NULL AND l.revision <= ?3 AND l.deleted = 0 \
@@ -133,16 +138,20 @@ pub(crate) const POSTGRES: Dialect = Dialect {
         ORDER BY l.key LIMIT $4",
     range_snapshot_bounded: "WITH m AS (SELECT revision, compact_revision, \
         CASE WHEN $3 > 0 THEN $3 ELSE revision END AS at FROM rudder_meta WHERE id = 1) \
-        SELECT m.revision, m.compact_revision, l.key, l.value, l.create_revision, l.revision, l.version, l.lease \
-        FROM m LEFT JOIN rudder_log l ON l.key >= $1 AND l.key < $2 AND l.revision <= m.at AND l.deleted = 0 \
-        AND (l.next_revision = 0 OR l.next_revision > m.at) \
-        ORDER BY l.key LIMIT $4",
+        SELECT revision, compact_revision, NULL::bytea, NULL::bytea, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint FROM m \
+        UNION ALL SELECT * FROM (\
+        SELECT NULL::bigint, NULL::bigint, l.key, l.value, l.create_revision, l.revision, l.version, l.lease \
+        FROM rudder_log l WHERE l.key >= $1 AND l.key < $2 AND l.revision <= (SELECT at FROM m) \
+        AND l.deleted = 0 AND (l.next_revision = 0 OR l.next_revision > (SELECT at FROM m)) \
+        ORDER BY l.key LIMIT $4) AS page",
     range_snapshot_unbounded: "WITH m AS (SELECT revision, compact_revision, \
         CASE WHEN $3 > 0 THEN $3 ELSE revision END AS at FROM rudder_meta WHERE id = 1) \
-        SELECT m.revision, m.compact_revision, l.key, l.value, l.create_revision, l.revision, l.version, l.lease \
-        FROM m LEFT JOIN rudder_log l ON l.key >= $1 AND $2::bytea IS NOT NULL AND l.revision <= m.at AND l.deleted = 0 \
-        AND (l.next_revision = 0 OR l.next_revision > m.at) \
-        ORDER BY l.key LIMIT $4",
+        SELECT revision, compact_revision, NULL::bytea, NULL::bytea, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint FROM m \
+        UNION ALL SELECT * FROM (\
+        SELECT NULL::bigint, NULL::bigint, l.key, l.value, l.create_revision, l.revision, l.version, l.lease \
+        FROM rudder_log l WHERE l.key >= $1 AND $2::bytea IS NOT NULL AND l.revision <= (SELECT at FROM m) \
+        AND l.deleted = 0 AND (l.next_revision = 0 OR l.next_revision > (SELECT at FROM m)) \
+        ORDER BY l.key LIMIT $4) AS page",
     count_bounded: "SELECT COUNT(*) FROM rudder_log l WHERE l.key >= $1 AND l.key < $2 AND l.revision <= $3 AND l.deleted = 0 \
         AND (l.next_revision = 0 OR l.next_revision > $3)",
     count_unbounded: "SELECT COUNT(*) FROM rudder_log l WHERE l.key >= $1 AND $2::bytea IS NOT NULL AND l.revision <= $3 AND l.deleted = 0 \

@@ -308,35 +308,40 @@ impl Reader {
             .fetch_all(&mut *conn)
             .await
             .map_err(translate)?;
-        let Some(first) = rows.first() else {
-            return Err(Error::Backend {
-                message: "rudder_meta has no row: the database was not migrated".into(),
-                source: None,
-            });
-        };
-        let meta = Meta {
-            revision: first.try_get(0).map_err(translate)?,
-            compact_revision: first.try_get(1).map_err(translate)?,
-        };
-        let revision = Self::check_revision(meta, request.revision)?;
+        let mut meta = None;
         let mut kvs = Vec::with_capacity(rows.len());
         for row in &rows {
-            let key: Option<Vec<u8>> = row.try_get(2).map_err(translate)?;
-            let Some(key) = key else { continue };
-            let value: Vec<u8> = if request.keys_only {
-                Vec::new()
+            let current: Option<i64> = row.try_get(0).map_err(translate)?;
+            if let Some(revision) = current {
+                meta = Some(Meta {
+                    revision,
+                    compact_revision: row.try_get(1).map_err(translate)?,
+                });
+                continue;
+            }
+            let value: Option<Vec<u8>> = if request.keys_only {
+                Some(Vec::new())
             } else {
                 row.try_get(3).map_err(translate)?
             };
             kvs.push(KeyValue {
-                key,
-                value,
+                key: row.try_get(2).map_err(translate)?,
+                value: value.unwrap_or_default(),
                 create_revision: row.try_get(4).map_err(translate)?,
                 mod_revision: row.try_get(5).map_err(translate)?,
                 version: row.try_get(6).map_err(translate)?,
                 lease: row.try_get(7).map_err(translate)?,
             });
         }
+        let Some(meta) = meta else {
+            return Err(Error::Backend {
+                message: "rudder_meta has no row: the database was not migrated".into(),
+                source: None,
+            });
+        };
+        let revision = Self::check_revision(meta, request.revision)?;
+        // A union's rows come in no promised order: put the page in key order.
+        kvs.sort_by(|a, b| a.key.cmp(&b.key));
         let more = request.limit > 0 && kvs.len() as i64 > request.limit;
         let count = if more {
             kvs.truncate(request.limit as usize);
