@@ -11,3 +11,30 @@ pub fn run(binary: &str, args: &[&str]) -> Output {
         .output()
         .unwrap_or_else(|error| panic!("cannot run {binary}: {error}"))
 }
+
+/// One `#[tokio::test]` per storage driver, each running `check(harness)` with a fresh backend
+/// of that driver, for tests that compare Rudder with the real etcd the test script starts:
+///
+/// ```text
+/// rudder_tests::on_every_driver_beside_real_etcd!(compare_with_real_etcd;
+///     over_sqlite => sqlite, over_postgres => postgres, over_etcd => etcd);
+/// ```
+///
+/// A missing service skips loudly, or fails under `CI=true` (see `rudder_storage::testing`).
+#[macro_export]
+macro_rules! on_every_driver_beside_real_etcd {
+    ($check:path; $($name:ident => $driver:ident),+ $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                let Some(harness) = rudder_storage::testing::$driver().await else {
+                    return;
+                };
+                if rudder_storage::testing::service(rudder_storage::testing::ETCD_ENV).is_none() {
+                    return;
+                }
+                $check(harness).await;
+            }
+        )+
+    };
+}

@@ -457,36 +457,6 @@ fn error_text(error: etcd_client::Error) -> String {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gateway_over_sqlite_behaves_like_real_etcd() {
-    let Some(harness) = testing::sqlite().await else {
-        return;
-    };
-    if testing::service(testing::ETCD_ENV).is_none() {
-        return;
-    }
-    compare_with_real_etcd(harness).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gateway_over_postgres_behaves_like_real_etcd() {
-    let Some(harness) = testing::postgres().await else {
-        return;
-    };
-    if testing::service(testing::ETCD_ENV).is_none() {
-        return;
-    }
-    compare_with_real_etcd(harness).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gateway_over_etcd_behaves_like_real_etcd() {
-    let Some(harness) = testing::etcd().await else {
-        return;
-    };
-    compare_with_real_etcd(harness).await;
-}
-
 /// A watch that asks for progress notifications gets them at the configured interval, with a
 /// revision that covers the writes before it (etcd's default interval is 10 minutes, so this is
 /// checked on the gateway alone).
@@ -530,3 +500,9 @@ async fn watches_get_progress_notifications_at_the_configured_interval() {
     gateway.shutdown().await;
     store.close().await;
 }
+
+rudder_tests::on_every_driver_beside_real_etcd!(compare_with_real_etcd;
+    gateway_over_sqlite_behaves_like_real_etcd => sqlite,
+    gateway_over_postgres_behaves_like_real_etcd => postgres,
+    gateway_over_etcd_behaves_like_real_etcd => etcd,
+);

@@ -308,32 +308,8 @@ async fn compare(harness: Box<dyn Harness>) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcdctl_over_the_sqlite_gateway_behaves_like_real_etcd() {
-    let Some(harness) = testing::sqlite().await else {
-        return;
-    };
-    if testing::service(testing::ETCD_ENV).is_none() {
-        return;
-    }
-    compare(harness).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcdctl_over_the_postgres_gateway_behaves_like_real_etcd() {
-    let Some(harness) = testing::postgres().await else {
-        return;
-    };
-    if testing::service(testing::ETCD_ENV).is_none() {
-        return;
-    }
-    compare(harness).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcdctl_over_the_etcd_gateway_behaves_like_real_etcd() {
-    let Some(harness) = testing::etcd().await else {
-        return;
-    };
-    compare(harness).await;
-}
+rudder_tests::on_every_driver_beside_real_etcd!(compare;
+    etcdctl_over_the_sqlite_gateway_behaves_like_real_etcd => sqlite,
+    etcdctl_over_the_postgres_gateway_behaves_like_real_etcd => postgres,
+    etcdctl_over_the_etcd_gateway_behaves_like_real_etcd => etcd,
+);

@@ -22,6 +22,19 @@ pub(crate) struct Meta {
     pub compact_revision: Revision,
 }
 
+impl Meta {
+    /// Fails with `Compacted` when history at `revision` is gone.
+    pub fn ensure_readable(self, revision: Revision) -> Result<()> {
+        if revision < self.compact_revision {
+            return Err(Error::Compacted {
+                requested: revision,
+                compacted: self.compact_revision,
+            });
+        }
+        Ok(())
+    }
+}
+
 /// The latest row of a key, tombstone or not.
 #[derive(Clone, Debug)]
 pub(crate) struct LatestRow {
@@ -270,12 +283,7 @@ impl Reader {
                 current: meta.revision,
             });
         }
-        if requested < meta.compact_revision {
-            return Err(Error::Compacted {
-                requested,
-                compacted: meta.compact_revision,
-            });
-        }
+        meta.ensure_readable(requested)?;
         Ok(requested)
     }
 
@@ -352,13 +360,9 @@ impl Reader {
             };
             let count = count_at(&mut conn, count_sql, &start, &end, revision).await?;
             // Compaction may have run between the two statements.
-            let after = read_meta(&mut conn, self.dialect.read_meta).await?;
-            if revision < after.compact_revision {
-                return Err(Error::Compacted {
-                    requested: revision,
-                    compacted: after.compact_revision,
-                });
-            }
+            read_meta(&mut conn, self.dialect.read_meta)
+                .await?
+                .ensure_readable(revision)?;
             count
         } else {
             kvs.len() as i64
@@ -437,21 +441,10 @@ impl History for LogHistory {
         after: Revision,
         upto: Revision,
     ) -> Result<Vec<Committed>> {
-        let meta = self.0.meta().await?;
-        if after + 1 < meta.compact_revision {
-            return Err(Error::Compacted {
-                requested: after + 1,
-                compacted: meta.compact_revision,
-            });
-        }
+        self.0.meta().await?.ensure_readable(after + 1)?;
         let events = self.0.events(Some(range), after, upto).await?;
-        let again = self.0.meta().await?;
-        if after + 1 < again.compact_revision {
-            return Err(Error::Compacted {
-                requested: after + 1,
-                compacted: again.compact_revision,
-            });
-        }
+        // Compaction may have run while we read: those rows are not trustworthy then.
+        self.0.meta().await?.ensure_readable(after + 1)?;
         Ok(events)
     }
 }
