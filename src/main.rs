@@ -1,8 +1,9 @@
 //! The `rudder` binary: every Rudder component behind one CLI.
 //!
-//! Today it offers `version`, `storage check` (open a storage URL, apply migrations, print the
-//! store's status) and `bench storage` (the storage workloads on each driver side by side with
-//! real etcd). The apiserver (`rudder server`) and the etcd gateway come with their own issues.
+//! `server` (the Kubernetes API over a store), `kubeconfig` (print its admin kubeconfig),
+//! `etcd` (the etcd v3 gateway over a store), `version`, `storage check` (open a storage URL,
+//! apply migrations, print the store's status) and `bench storage` (the storage workloads on
+//! each driver side by side with real etcd).
 
 mod bench;
 mod serve;
@@ -24,8 +25,11 @@ struct Cli {
 enum Command {
     /// Print Rudder's version and the storage drivers it has.
     Version,
-    /// Run Rudder all-in-one (today: the etcd v3 gateway over the embedded SQLite store).
+    /// Run Rudder all-in-one: the Kubernetes API (HTTPS) over the embedded SQLite store or
+    /// the store --storage names.
     Server(serve::ServerArgs),
+    /// Print the admin kubeconfig `rudder server` wrote.
+    Kubeconfig(serve::KubeconfigArgs),
     /// Serve a store as the etcd v3 gRPC API (KV, Watch, Lease, Maintenance, Cluster).
     Etcd(serve::EtcdArgs),
     /// Storage tools.
@@ -77,6 +81,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Server(args) => serve::server(args).await,
             Command::Etcd(args) => serve::etcd(args).await,
+            Command::Kubeconfig(args) => serve::kubeconfig(args),
             Command::Version => {
                 println!("rudder {}", env!("CARGO_PKG_VERSION"));
                 println!("storage drivers: sqlite, postgres, etcd");

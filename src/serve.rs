@@ -1,8 +1,8 @@
 //! `rudder etcd` and `rudder server`: open the storage and serve it.
 //!
-//! `rudder etcd` serves only the etcd v3 gateway. `rudder server` is the all-in-one process; the
-//! Kubernetes API is not built yet, so today it serves the etcd gateway over the embedded SQLite
-//! store (or the store `--storage` names) and says so in its log.
+//! `rudder etcd` serves only the etcd v3 gateway. `rudder server` is the all-in-one process:
+//! the Kubernetes API over HTTPS on the embedded SQLite store (or the store `--storage` names),
+//! with the etcd gateway beside it when `--etcd-listen` is given.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -33,18 +33,41 @@ fn parse_interval(text: &str) -> Result<std::time::Duration, String> {
 
 #[derive(clap::Args)]
 pub struct ServerArgs {
-    /// Storage URL (default: SQLite in the data dir).
+    /// Storage URL: sqlite://PATH, postgres://USER@HOST:PORT/DB or etcd://HOST:PORT[,…]
+    /// (default: SQLite in the data dir).
     #[arg(long, env = "RUDDER_STORAGE")]
     storage: Option<String>,
-    /// Directory for the embedded SQLite database (and, later, certificates and kubeconfig).
+    /// Directory for the embedded SQLite database, the cluster PKI and the admin kubeconfig.
     #[arg(long, default_value = "rudder-data")]
     data_dir: PathBuf,
-    /// Address the etcd v3 gateway listens on.
-    #[arg(long, default_value = "127.0.0.1:2379")]
-    etcd_listen: SocketAddr,
+    /// Address the Kubernetes API (HTTPS) listens on.
+    #[arg(long, default_value = "0.0.0.0:6443")]
+    listen: SocketAddr,
+    /// Extra names or IPs for the serving certificate (repeatable).
+    #[arg(long = "tls-san")]
+    tls_san: Vec<String>,
+    /// Static token file: CSV lines `token,user,uid,"group1,group2"`.
+    #[arg(long)]
+    token_auth_file: Option<PathBuf>,
+    /// The range Service ClusterIPs come from.
+    #[arg(long, default_value = "10.96.0.0/12")]
+    service_cluster_ip_range: String,
+    /// The range Service NodePorts come from.
+    #[arg(long, default_value = "30000-32767")]
+    service_node_port_range: String,
+    /// Also serve the etcd v3 gateway over the same store on this address.
+    #[arg(long)]
+    etcd_listen: Option<SocketAddr>,
     /// How often gateway watches that ask for progress notifications get one.
     #[arg(long, default_value = "10m", value_parser = parse_interval)]
     watch_progress_notify_interval: std::time::Duration,
+}
+
+#[derive(clap::Args)]
+pub struct KubeconfigArgs {
+    /// The data dir of the `rudder server` whose admin kubeconfig to print.
+    #[arg(long, default_value = "rudder-data")]
+    data_dir: PathBuf,
 }
 
 fn storage_url(storage: Option<String>, data_dir: &std::path::Path) -> String {
@@ -61,23 +84,78 @@ pub async fn etcd(args: EtcdArgs) -> Result<()> {
     .await
 }
 
-/// `rudder server`.
+/// `rudder server`: the Kubernetes API over the store (and, if asked, the etcd gateway).
 pub async fn server(args: ServerArgs) -> Result<()> {
-    tracing::warn!(
-        "the Kubernetes API is not built yet: this server offers the etcd v3 gateway only"
+    let url = storage_url(args.storage, &args.data_dir);
+    let config = rudder_apiserver::Config {
+        storage_url: url.clone(),
+        data_dir: args.data_dir,
+        listen: args.listen,
+        tls_sans: args.tls_san,
+        token_auth_file: args.token_auth_file,
+        service_cluster_ip_range: args.service_cluster_ip_range,
+        service_node_port_range: args.service_node_port_range,
+    };
+    let running = rudder_apiserver::server::start(config).await?;
+    tracing::info!(
+        storage = %redact(&url),
+        "Kubernetes API at https://{}; admin kubeconfig: {} (try `KUBECONFIG={} kubectl get ns`)",
+        running.addr,
+        running.kubeconfig.display(),
+        running.kubeconfig.display()
     );
-    serve_gateway(
-        &storage_url(args.storage, &args.data_dir),
-        args.etcd_listen,
-        args.watch_progress_notify_interval,
-    )
-    .await
+    let shutdown = running.shutdown_token();
+    let mut gateway = None;
+    if let Some(listen) = args.etcd_listen {
+        let progress = args.watch_progress_notify_interval;
+        let stop = shutdown.clone();
+        gateway = Some(tokio::spawn(async move {
+            serve_gateway_until(&url, listen, progress, stop).await
+        }));
+    }
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down");
+        stop.cancel();
+    });
+    running.wait().await?;
+    if let Some(gateway) = gateway {
+        gateway.await.context("the etcd gateway task")??;
+    }
+    Ok(())
+}
+
+/// `rudder kubeconfig`: prints the admin kubeconfig a server wrote.
+pub fn kubeconfig(args: KubeconfigArgs) -> Result<()> {
+    let path = args.data_dir.join("kubeconfig.yaml");
+    let text = std::fs::read_to_string(&path).with_context(|| {
+        format!("reading {} (has `rudder server --data-dir {}` run?)", path.display(), args.data_dir.display())
+    })?;
+    print!("{text}");
+    Ok(())
 }
 
 async fn serve_gateway(
     url: &str,
     listen: SocketAddr,
     progress_notify_interval: std::time::Duration,
+) -> Result<()> {
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down");
+        stop.cancel();
+    });
+    serve_gateway_until(url, listen, progress_notify_interval, shutdown).await
+}
+
+async fn serve_gateway_until(
+    url: &str,
+    listen: SocketAddr,
+    progress_notify_interval: std::time::Duration,
+    shutdown: CancellationToken,
 ) -> Result<()> {
     let store = rudder_storage::open(url).await?;
     let status = store.status().await?;
@@ -93,13 +171,6 @@ async fn serve_gateway(
         revision = status.revision,
         "serving the etcd v3 API on {local}: try `ETCDCTL_API=3 etcdctl --endpoints {local} endpoint status`"
     );
-    let shutdown = CancellationToken::new();
-    let stop = shutdown.clone();
-    tokio::spawn(async move {
-        let _ = tokio::signal::ctrl_c().await;
-        tracing::info!("shutting down");
-        stop.cancel();
-    });
     let served = Gateway::new(store.clone(), format!("http://{local}"))
         .with_progress_notify_interval(progress_notify_interval)
         .serve(listener, shutdown)

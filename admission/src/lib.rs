@@ -1,4 +1,229 @@
-//! rudder-admission: the admission chain (mutating, then validating) and its built-in plugins.
+//! rudder-admission: the admission chain and its built-in plugins.
 //!
-//! Not built yet. Plugins are registered explicitly by the binary; the chain stops at the first
-//! error. It knows Kubernetes objects (k8s-openapi types) but nothing of storage or HTTP.
+//! Admission runs after authentication, authorization, decoding, defaulting and validation and
+//! before an object is written: every mutating plugin in order, then every validating plugin,
+//! stopping at the first refusal. The chain is two small traits and a loop; the binary
+//! registers plugins explicitly. This crate knows requests only as JSON objects and a few
+//! attributes; it depends on no storage and no HTTP type. Plugins that need to read the cluster
+//! (NamespaceLifecycle reads namespaces) take a small lookup trait the apiserver implements.
+
+mod namespace_lifecycle;
+
+pub use namespace_lifecycle::{NamespaceLifecycle, NamespaceLookup, NamespaceState};
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+/// The operation being admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operation {
+    Create,
+    Update,
+    Delete,
+    Connect,
+}
+
+/// What is being written, by whom.
+#[derive(Clone, Debug)]
+pub struct Attributes {
+    pub operation: Operation,
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+    /// The plural resource name (`pods`).
+    pub resource: String,
+    pub subresource: Option<String>,
+    pub namespace: Option<String>,
+    pub name: String,
+    pub user: String,
+    pub dry_run: bool,
+}
+
+/// Why admission refused a request. The apiserver maps it to a `Status`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Denied {
+    /// The HTTP code upstream uses for this refusal (403 Forbidden, 404 NotFound, …).
+    pub code: u16,
+    /// The `Status.reason` (`Forbidden`, `NotFound`, …).
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Denied {
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self {
+            code: 403,
+            reason: "Forbidden",
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Denied {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Denied {}
+
+/// A plugin that may change the object before it is validated and stored.
+#[async_trait]
+pub trait Mutating: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// Changes `object` (None for deletes) or refuses the request.
+    async fn admit(
+        &self,
+        attributes: &Attributes,
+        object: Option<&mut Value>,
+        old: Option<&Value>,
+    ) -> Result<(), Denied>;
+}
+
+/// A plugin that may only accept or refuse.
+#[async_trait]
+pub trait Validating: Send + Sync {
+    fn name(&self) -> &'static str;
+    async fn validate(
+        &self,
+        attributes: &Attributes,
+        object: Option<&Value>,
+        old: Option<&Value>,
+    ) -> Result<(), Denied>;
+}
+
+/// The chain: mutating plugins in order, then validating plugins, first refusal wins.
+#[derive(Default)]
+pub struct Chain {
+    mutating: Vec<Box<dyn Mutating>>,
+    validating: Vec<Box<dyn Validating>>,
+}
+
+impl Chain {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn with_mutating(mut self, plugin: impl Mutating + 'static) -> Self {
+        self.mutating.push(Box::new(plugin));
+        self
+    }
+
+    pub fn with_validating(mut self, plugin: impl Validating + 'static) -> Self {
+        self.validating.push(Box::new(plugin));
+        self
+    }
+
+    /// The plugin names in the order they run.
+    pub fn plugin_names(&self) -> Vec<&'static str> {
+        self.mutating
+            .iter()
+            .map(|plugin| plugin.name())
+            .chain(self.validating.iter().map(|plugin| plugin.name()))
+            .collect()
+    }
+
+    pub async fn admit(
+        &self,
+        attributes: &Attributes,
+        mut object: Option<&mut Value>,
+        old: Option<&Value>,
+    ) -> Result<(), Denied> {
+        for plugin in &self.mutating {
+            plugin.admit(attributes, object.as_deref_mut(), old).await?;
+        }
+        for plugin in &self.validating {
+            plugin.validate(attributes, object.as_deref(), old).await?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    struct AddLabel;
+    #[async_trait]
+    impl Mutating for AddLabel {
+        fn name(&self) -> &'static str {
+            "AddLabel"
+        }
+        async fn admit(
+            &self,
+            _: &Attributes,
+            object: Option<&mut Value>,
+            _: Option<&Value>,
+        ) -> Result<(), Denied> {
+            if let Some(object) = object {
+                object["metadata"]["labels"]["added"] = Value::from("yes");
+            }
+            Ok(())
+        }
+    }
+
+    struct RequireLabel(Arc<AtomicUsize>);
+    #[async_trait]
+    impl Validating for RequireLabel {
+        fn name(&self) -> &'static str {
+            "RequireLabel"
+        }
+        async fn validate(
+            &self,
+            _: &Attributes,
+            object: Option<&Value>,
+            _: Option<&Value>,
+        ) -> Result<(), Denied> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            match object {
+                Some(object) if object["metadata"]["labels"]["added"] == "yes" => Ok(()),
+                _ => Err(Denied::forbidden("label missing")),
+            }
+        }
+    }
+
+    pub(crate) fn attributes(operation: Operation) -> Attributes {
+        Attributes {
+            operation,
+            group: String::new(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+            resource: "configmaps".into(),
+            subresource: None,
+            namespace: Some("default".into()),
+            name: "x".into(),
+            user: "admin".into(),
+            dry_run: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn validating_plugins_see_what_mutating_plugins_did() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let chain = Chain::new()
+            .with_mutating(AddLabel)
+            .with_validating(RequireLabel(calls.clone()));
+        let mut object = serde_json::json!({"metadata": {"name": "x"}});
+        chain
+            .admit(&attributes(Operation::Create), Some(&mut object), None)
+            .await
+            .expect("admitted");
+        assert_eq!(object["metadata"]["labels"]["added"], "yes");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(chain.plugin_names(), vec!["AddLabel", "RequireLabel"]);
+    }
+
+    #[tokio::test]
+    async fn the_first_refusal_stops_the_chain() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let chain = Chain::new().with_validating(RequireLabel(calls.clone()));
+        let mut object = serde_json::json!({"metadata": {"name": "x"}});
+        let denied = chain
+            .admit(&attributes(Operation::Create), Some(&mut object), None)
+            .await
+            .expect_err("refused");
+        assert_eq!(denied.code, 403);
+    }
+}

@@ -1,6 +1,32 @@
 //! rudder-apiserver: the Kubernetes REST API over the storage interface.
 //!
-//! Not built yet. It will hold the HTTPS server and filter chain (authentication, audit,
-//! authorization), the generic registry store with one `Strategy` per resource, the body codecs
-//! (JSON, YAML, protobuf, Table), discovery, OpenAPI and the patch engines. It depends on
-//! `rudder-storage` and `rudder-admission`, never on a storage driver directly.
+//! A request goes: TLS accept (`tls`, client certificate captured) → authentication
+//! (`authn`: x509, token file) → authorization (`authz`) → decoding (`codec`: JSON, YAML,
+//! protobuf via `protobuf`) → the registry (`registry`: one generic store; per-kind rules in
+//! `defaults`, `validation` and the registry's strategy; admission from `rudder-admission`) →
+//! encoding (objects, Tables from `tables`, watch streams) → a response, with every failure
+//! a `Status` body mapped once in `error`. What is served is one table, `catalog`.
+//!
+//! It depends on `rudder-storage` (the trait, never a driver) and `rudder-admission`. Start at
+//! `server::start`, then `http::resources`, then `registry::store`. docs/apiserver.md has the
+//! flows.
+
+pub mod authn;
+pub mod authz;
+pub mod catalog;
+pub mod codec;
+pub mod defaults;
+pub mod error;
+pub mod http;
+pub mod patch;
+pub mod pki;
+pub mod protobuf;
+pub mod registry;
+pub mod request;
+pub mod selectors;
+pub mod server;
+pub mod tables;
+pub mod tls;
+pub mod validation;
+
+pub use server::{Config, Running};

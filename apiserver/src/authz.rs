@@ -1,0 +1,163 @@
+//! Authorization: the trait every authorizer implements (RBAC comes in a later issue) and
+//! the allow-all authorizer used until then. SelfSubjectAccessReviews are answered by the
+//! same authorizer the request path uses.
+
+use serde_json::{json, Value};
+
+/// What a request wants to do, as an authorizer sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Attributes {
+    pub user: String,
+    pub groups: Vec<String>,
+    pub verb: String,
+    /// True for resource requests; false for paths like `/healthz`.
+    pub resource_request: bool,
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+    pub subresource: String,
+    pub namespace: String,
+    pub name: String,
+    pub path: String,
+}
+
+/// An authorizer's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Allow { reason: String },
+    Deny { reason: String },
+    /// No opinion; the next authorizer decides (the last one's silence is a denial).
+    NoOpinion,
+}
+
+/// Decides whether a request may proceed.
+pub trait Authorizer: Send + Sync {
+    fn authorize(&self, attributes: &Attributes) -> Decision;
+}
+
+/// Allows everything (the default until RBAC lands).
+pub struct AlwaysAllow;
+
+impl Authorizer for AlwaysAllow {
+    fn authorize(&self, _attributes: &Attributes) -> Decision {
+        Decision::Allow {
+            reason: String::new(),
+        }
+    }
+}
+
+/// Upstream's wording of a denial.
+pub fn forbidden_message(attributes: &Attributes, reason: &str) -> String {
+    let what = if attributes.resource_request {
+        let resource = if attributes.subresource.is_empty() {
+            attributes.resource.clone()
+        } else {
+            format!("{}/{}", attributes.resource, attributes.subresource)
+        };
+        let scope = if attributes.namespace.is_empty() {
+            "at the cluster scope".to_string()
+        } else {
+            format!("in the namespace \"{}\"", attributes.namespace)
+        };
+        format!(
+            "User \"{}\" cannot {} resource \"{resource}\" in API group \"{}\" {scope}",
+            attributes.user, attributes.verb, attributes.group
+        )
+    } else {
+        format!(
+            "User \"{}\" cannot {} path \"{}\"",
+            attributes.user, attributes.verb, attributes.path
+        )
+    };
+    if reason.is_empty() {
+        what
+    } else {
+        format!("{what}: {reason}")
+    }
+}
+
+/// Answers a SelfSubjectAccessReview body for the calling user: the review with its status.
+pub fn review_self(authorizer: &dyn Authorizer, user: &str, groups: &[String], review: &Value) -> Value {
+    let spec = &review["spec"];
+    let text = |value: &Value| value.as_str().unwrap_or("").to_string();
+    let attributes = if let Some(resource) = spec.get("resourceAttributes").filter(|v| v.is_object()) {
+        Attributes {
+            user: user.to_string(),
+            groups: groups.to_vec(),
+            verb: text(&resource["verb"]),
+            resource_request: true,
+            group: text(&resource["group"]),
+            version: text(&resource["version"]),
+            resource: text(&resource["resource"]),
+            subresource: text(&resource["subresource"]),
+            namespace: text(&resource["namespace"]),
+            name: text(&resource["name"]),
+            path: String::new(),
+        }
+    } else {
+        let non_resource = &spec["nonResourceAttributes"];
+        Attributes {
+            user: user.to_string(),
+            groups: groups.to_vec(),
+            verb: text(&non_resource["verb"]),
+            path: text(&non_resource["path"]),
+            ..Attributes::default()
+        }
+    };
+    let status = match authorizer.authorize(&attributes) {
+        Decision::Allow { reason } => json!({"allowed": true, "reason": reason}),
+        Decision::Deny { reason } => json!({"allowed": false, "denied": true, "reason": reason}),
+        Decision::NoOpinion => json!({"allowed": false}),
+    };
+    let mut answer = review.clone();
+    answer["apiVersion"] = json!("authorization.k8s.io/v1");
+    answer["kind"] = json!("SelfSubjectAccessReview");
+    if !answer["metadata"].is_object() {
+        answer["metadata"] = json!({});
+    }
+    answer["metadata"]["creationTimestamp"] = Value::Null;
+    answer["status"] = status;
+    answer
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct DenySecrets;
+    impl Authorizer for DenySecrets {
+        fn authorize(&self, attributes: &Attributes) -> Decision {
+            if attributes.resource == "secrets" {
+                Decision::Deny { reason: "no secrets".into() }
+            } else {
+                Decision::Allow { reason: String::new() }
+            }
+        }
+    }
+
+    #[test]
+    fn reviews_are_answered_by_the_authorizer() {
+        let review = json!({"spec": {"resourceAttributes": {"namespace": "default", "verb": "create", "resource": "pods"}}});
+        assert_eq!(review_self(&AlwaysAllow, "admin", &[], &review)["status"]["allowed"], true);
+        let review = json!({"spec": {"resourceAttributes": {"verb": "get", "resource": "secrets"}}});
+        let answer = review_self(&DenySecrets, "bob", &[], &review);
+        assert_eq!(answer["status"]["allowed"], false);
+        assert_eq!(answer["status"]["reason"], "no secrets");
+    }
+
+    #[test]
+    fn denials_read_like_upstream() {
+        let attributes = Attributes {
+            user: "bob".into(),
+            verb: "list".into(),
+            resource_request: true,
+            resource: "pods".into(),
+            namespace: "default".into(),
+            ..Attributes::default()
+        };
+        assert_eq!(
+            forbidden_message(&attributes, ""),
+            "User \"bob\" cannot list resource \"pods\" in API group \"\" in the namespace \"default\""
+        );
+    }
+}

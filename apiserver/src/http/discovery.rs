@@ -1,0 +1,233 @@
+//! Discovery, legacy (`APIVersions`, `APIGroupList`, `APIGroup`, `APIResourceList`) and
+//! aggregated (`APIGroupDiscoveryList`, apidiscovery.k8s.io v2 and v2beta1, with the exact
+//! content types kubectl checks), all generated from the catalog.
+
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+
+use crate::catalog::{self, ResourceInfo, RESOURCES};
+
+/// The aggregated-discovery version an Accept header asks for, if any.
+pub fn aggregated_version(accept: Option<&str>) -> Option<&'static str> {
+    let accept = accept?;
+    for alternative in accept.split(',') {
+        let params: Vec<&str> = alternative.split(';').map(str::trim).collect();
+        let has = |wanted: &str| params.iter().any(|param| param.replace(' ', "") == wanted);
+        if params.first() != Some(&"application/json") && params.first() != Some(&"*/*") {
+            continue;
+        }
+        if !has("g=apidiscovery.k8s.io") || !has("as=APIGroupDiscoveryList") {
+            if params.len() == 1 {
+                // A plain alternative listed before any aggregated one wins.
+                return None;
+            }
+            continue;
+        }
+        if has("v=v2") {
+            return Some("v2");
+        }
+        if has("v=v2beta1") {
+            return Some("v2beta1");
+        }
+    }
+    None
+}
+
+fn json_response(content_type: String, body: &Value) -> Response {
+    (
+        [(http::header::CONTENT_TYPE, content_type)],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn legacy_resource_entries(group: &str, version: &str) -> Vec<Value> {
+    let mut entries = Vec::new();
+    for info in RESOURCES.iter().filter(|info| info.group == group && info.version == version) {
+        let mut entry = json!({
+            "name": info.plural,
+            "singularName": info.singular,
+            "namespaced": info.namespaced,
+            "kind": info.kind,
+            "verbs": info.verbs,
+        });
+        if !info.short_names.is_empty() {
+            entry["shortNames"] = json!(info.short_names);
+        }
+        if !info.categories.is_empty() {
+            entry["categories"] = json!(info.categories);
+        }
+        entries.push(entry);
+        for sub in info.subresources {
+            let (sub_group, sub_version, sub_kind) = sub.kind;
+            let mut entry = json!({
+                "name": format!("{}/{}", info.plural, sub.name),
+                "singularName": "",
+                "namespaced": info.namespaced,
+                "kind": sub_kind,
+                "verbs": sub.verbs,
+            });
+            if sub_group != info.group || sub_version != info.version {
+                entry["group"] = json!(sub_group);
+                entry["version"] = json!(sub_version);
+            }
+            entries.push(entry);
+        }
+    }
+    entries
+}
+
+fn group_version(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    }
+}
+
+fn api_group(group: &str) -> Value {
+    let version = catalog::version_of(group).unwrap_or("v1");
+    let entry = json!({"groupVersion": group_version(group, version), "version": version});
+    json!({"name": group, "versions": [entry], "preferredVersion": entry})
+}
+
+fn aggregated_resource(info: &ResourceInfo) -> Value {
+    let mut entry = json!({
+        "resource": info.plural,
+        "responseKind": {"group": info.group, "version": info.version, "kind": info.kind},
+        "scope": if info.namespaced { "Namespaced" } else { "Cluster" },
+        "singularResource": info.singular,
+        "verbs": info.verbs,
+    });
+    if !info.short_names.is_empty() {
+        entry["shortNames"] = json!(info.short_names);
+    }
+    if !info.categories.is_empty() {
+        entry["categories"] = json!(info.categories);
+    }
+    if !info.subresources.is_empty() {
+        let subresources: Vec<Value> = info
+            .subresources
+            .iter()
+            .map(|sub| {
+                let (group, version, kind) = sub.kind;
+                json!({"subresource": sub.name,
+                    "responseKind": {"group": group, "version": version, "kind": kind},
+                    "verbs": sub.verbs})
+            })
+            .collect();
+        entry["subresources"] = json!(subresources);
+    }
+    entry
+}
+
+fn aggregated_list(legacy: bool, version: &str) -> Value {
+    let groups: Vec<&str> = catalog::groups()
+        .into_iter()
+        .filter(|group| group.is_empty() == legacy)
+        .collect();
+    let items: Vec<Value> = groups
+        .iter()
+        .map(|group| {
+            let group_version = catalog::version_of(group).unwrap_or("v1");
+            let resources: Vec<Value> = RESOURCES
+                .iter()
+                .filter(|info| info.group == *group && info.version == group_version)
+                .map(aggregated_resource)
+                .collect();
+            let mut metadata = json!({"creationTimestamp": null});
+            if !group.is_empty() {
+                metadata["name"] = json!(group);
+            }
+            json!({"metadata": metadata,
+                "versions": [{"version": group_version, "resources": resources, "freshness": "Current"}]})
+        })
+        .collect();
+    json!({
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": format!("apidiscovery.k8s.io/{version}"),
+        "metadata": {},
+        "items": items,
+    })
+}
+
+/// `/api` or `/apis`.
+pub fn root(legacy: bool, accept: Option<&str>, advertise: &str) -> Response {
+    if let Some(version) = aggregated_version(accept) {
+        let content_type =
+            format!("application/json;g=apidiscovery.k8s.io;v={version};as=APIGroupDiscoveryList");
+        return json_response(content_type, &aggregated_list(legacy, version));
+    }
+    let body = if legacy {
+        json!({
+            "kind": "APIVersions",
+            "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": advertise}],
+        })
+    } else {
+        let groups: Vec<Value> = catalog::groups()
+            .into_iter()
+            .filter(|group| !group.is_empty())
+            .map(api_group)
+            .collect();
+        json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+    };
+    json_response("application/json".into(), &body)
+}
+
+/// `/apis/<group>`.
+pub fn group(group: &str) -> Option<Response> {
+    if group.is_empty() || catalog::version_of(group).is_none() {
+        return None;
+    }
+    let mut body = api_group(group);
+    body["kind"] = json!("APIGroup");
+    body["apiVersion"] = json!("v1");
+    Some(json_response("application/json".into(), &body))
+}
+
+/// `/api/v1` or `/apis/<group>/<version>`.
+pub fn resource_list(group: &str, version: &str) -> Response {
+    let body = json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": group_version(group, version),
+        "resources": legacy_resource_entries(group, version),
+    });
+    json_response("application/json".into(), &body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubectl_accept_headers_select_aggregated_discovery() {
+        let v133 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+        let v127 = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+        assert_eq!(aggregated_version(Some(v133)), Some("v2"));
+        assert_eq!(aggregated_version(Some(v127)), Some("v2beta1"));
+        assert_eq!(aggregated_version(Some("application/json, */*")), None);
+        assert_eq!(aggregated_version(None), None);
+    }
+
+    #[test]
+    fn aggregated_core_group_has_pods_with_short_names_and_subresources() {
+        let list = aggregated_list(true, "v2");
+        let items = list["items"].as_array().expect("items");
+        assert_eq!(items.len(), 1);
+        let resources = items[0]["versions"][0]["resources"].as_array().expect("resources");
+        let pods = resources.iter().find(|r| r["resource"] == "pods").expect("pods");
+        assert_eq!(pods["shortNames"], json!(["po"]));
+        assert_eq!(pods["categories"], json!(["all"]));
+        assert!(pods["subresources"].as_array().expect("subs").iter().any(|s| s["subresource"] == "status"));
+    }
+
+    #[test]
+    fn legacy_lists_name_subresources_with_a_slash() {
+        let entries = legacy_resource_entries("apps", "v1");
+        let scale = entries.iter().find(|e| e["name"] == "deployments/scale").expect("scale");
+        assert_eq!(scale["kind"], "Scale");
+        assert_eq!(scale["group"], "autoscaling");
+    }
+}

@@ -1,0 +1,353 @@
+//! The resource handler: parses the path into a `RequestInfo`, authorizes it, and runs the
+//! verb against the registry (get, list, watch, create, update, patch, delete,
+//! deletecollection, and the scale/status/binding subresources).
+
+use axum::body::{to_bytes, Body};
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, StatusCode};
+use serde_json::Value;
+
+use super::discovery;
+use super::respond::{self, IncludeObject};
+use super::{AppState, Caller, RequestLabels};
+use crate::authz::{self, Decision};
+use crate::codec::{self, Output};
+use crate::error::{ApiError, Result};
+use crate::patch;
+use crate::registry::{self, DeleteOptions, Preconditions, Write};
+use crate::request::{self, ApiPath, ListOptions, Query, RequestInfo, Verb, WriteOptions};
+
+fn header<'a>(headers: &'a HeaderMap, name: http::header::HeaderName) -> Option<&'a str> {
+    headers.get(name).and_then(|value| value.to_str().ok())
+}
+
+/// Entry point for everything under `/api` and `/apis`.
+pub async fn handle(State(state): State<AppState>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let caller = parts
+        .extensions
+        .get::<Caller>()
+        .map(|caller| caller.0.clone())
+        .unwrap_or_else(|| crate::authn::UserInfo {
+            name: "system:anonymous".into(),
+            uid: String::new(),
+            groups: Vec::new(),
+        });
+    let query = Query::parse(parts.uri.query());
+    let accept = header(&parts.headers, http::header::ACCEPT);
+    let path = match request::parse_path(&parts.method, parts.uri.path(), &query) {
+        Ok(path) => path,
+        Err(error) => return error.into_response(),
+    };
+    match path {
+        ApiPath::Root { legacy } => discovery::root(legacy, accept, &state.advertise),
+        ApiPath::Group(group) => {
+            discovery::group(&group).unwrap_or_else(|| ApiError::path_not_found().into_response())
+        }
+        ApiPath::GroupVersion { group, version } => discovery::resource_list(&group, &version),
+        ApiPath::Resource(info) => {
+            let labels = labels_of(&info, &query);
+            let span = tracing::Span::current();
+            span.record("resource", info.resource.plural);
+            if let Some(namespace) = &info.namespace {
+                span.record("namespace", namespace.as_str());
+            }
+            let mut response = match resource(&state, &caller, &info, &query, &parts.headers, body).await {
+                Ok(response) => response,
+                Err(error) => error.into_response(),
+            };
+            response.extensions_mut().insert(labels);
+            response
+        }
+    }
+}
+
+fn labels_of(info: &RequestInfo, query: &Query) -> RequestLabels {
+    let verb = match info.verb {
+        Verb::Get => "GET",
+        Verb::List => "LIST",
+        Verb::Watch => "WATCH",
+        Verb::Create => "POST",
+        Verb::Update => "PUT",
+        Verb::Patch => "PATCH",
+        Verb::Delete => "DELETE",
+        Verb::DeleteCollection => "DELETECOLLECTION",
+    };
+    let scope = if info.name.is_some() {
+        "resource"
+    } else if info.namespace.is_some() {
+        "namespace"
+    } else {
+        "cluster"
+    };
+    RequestLabels {
+        verb: verb.to_string(),
+        group: info.resource.group.to_string(),
+        version: info.resource.version.to_string(),
+        resource: info.resource.plural.to_string(),
+        subresource: info.subresource.clone().unwrap_or_default(),
+        scope: scope.to_string(),
+        dry_run: query.all("dryRun").iter().any(|value| value == "All"),
+    }
+}
+
+fn authorize(state: &AppState, caller: &crate::authn::UserInfo, info: &RequestInfo) -> Result<()> {
+    let attributes = authz::Attributes {
+        user: caller.name.clone(),
+        groups: caller.groups.clone(),
+        verb: info.verb.as_str().to_string(),
+        resource_request: true,
+        group: info.resource.group.to_string(),
+        version: info.resource.version.to_string(),
+        resource: info.resource.plural.to_string(),
+        subresource: info.subresource.clone().unwrap_or_default(),
+        namespace: info.namespace.clone().unwrap_or_default(),
+        name: info.name.clone().unwrap_or_default(),
+        path: String::new(),
+    };
+    match state.authorizer.authorize(&attributes) {
+        Decision::Allow { .. } => Ok(()),
+        Decision::Deny { reason } => {
+            Err(ApiError::forbidden(denied(info, &authz::forbidden_message(&attributes, &reason))))
+        }
+        Decision::NoOpinion => {
+            Err(ApiError::forbidden(denied(info, &authz::forbidden_message(&attributes, ""))))
+        }
+    }
+}
+
+fn denied(info: &RequestInfo, message: &str) -> String {
+    let what = crate::error::qualified(info.resource);
+    match &info.name {
+        Some(name) => format!("{what} \"{name}\" is forbidden: {message}"),
+        None => format!("{what} is forbidden: {message}"),
+    }
+}
+
+async fn read_body(body: Body) -> Result<bytes::Bytes> {
+    to_bytes(body, codec::MAX_BODY_BYTES + 1)
+        .await
+        .map_err(|_| ApiError::too_large(format!("Request entity too large: limit is {}", codec::MAX_BODY_BYTES)))
+}
+
+fn decode_input(headers: &HeaderMap, bytes: &[u8]) -> Result<registry::Input> {
+    let format = codec::body_format(header(headers, http::header::CONTENT_TYPE))?;
+    let decoded = codec::decode(format, bytes)?;
+    Ok(registry::Input {
+        object: decoded.value,
+        duplicate_fields: decoded.duplicate_fields,
+    })
+}
+
+fn write_of(caller: &crate::authn::UserInfo, options: &WriteOptions) -> Write {
+    Write {
+        caller: registry::Caller {
+            user: caller.name.clone(),
+            groups: caller.groups.clone(),
+        },
+        dry_run: options.dry_run,
+        field_validation: options.field_validation,
+        field_manager: options.field_manager.clone(),
+    }
+}
+
+async fn resource(
+    state: &AppState,
+    caller: &crate::authn::UserInfo,
+    info: &RequestInfo,
+    query: &Query,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response> {
+    let resource = info.resource;
+    if !resource.allows(info.verb.as_str()) {
+        return Err(ApiError::method_not_allowed(format!(
+            "the server does not allow this method on the requested resource"
+        )));
+    }
+    authorize(state, caller, info)?;
+    let output = codec::negotiate(header(headers, http::header::ACCEPT))?;
+    let include = IncludeObject::parse(query.get("includeObject"))?;
+    let namespace = info.namespace.as_deref();
+    let sub = info.subresource.as_deref();
+    let registry = &state.registry;
+    if resource.namespaced && namespace.is_none() && info.name.is_some() {
+        return Err(ApiError::path_not_found());
+    }
+    match info.verb {
+        Verb::Get => {
+            let name = info.name.as_deref().unwrap_or("");
+            let object = match sub {
+                Some("scale") => registry.get_scale(resource, namespace, name).await?,
+                _ => registry.get(resource, namespace, name).await?,
+            };
+            Ok(respond::object(resource, output, include, StatusCode::OK, &object, &[]))
+        }
+        Verb::List => {
+            let options = ListOptions::from_query(query)?;
+            let result = registry.list(resource, namespace, &options).await?;
+            Ok(respond::list(resource, output, include, &result))
+        }
+        Verb::Watch => {
+            let options = ListOptions::from_query(query)?;
+            super::watch::serve(registry, resource, namespace, &options, output, include).await
+        }
+        Verb::Create => {
+            let options = WriteOptions::from_query(query)?;
+            let write = write_of(caller, &options);
+            let bytes = read_body(body).await?;
+            let input = decode_input(headers, &bytes)?;
+            if resource.plural == "selfsubjectaccessreviews" {
+                let answer = authz::review_self(
+                    state.authorizer.as_ref(),
+                    &caller.name,
+                    &caller.groups,
+                    &input.object,
+                );
+                return Ok(respond::object(resource, output, include, StatusCode::CREATED, &answer, &[]));
+            }
+            match (sub, info.name.as_deref()) {
+                (Some("binding"), Some(name)) => {
+                    registry.bind_pod(resource, namespace, name, &input.object, &write).await?;
+                    let status = serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});
+                    Ok(respond::encoded(StatusCode::CREATED, codec::Format::Json, &status, &[]))
+                }
+                (None, None) => {
+                    if resource.namespaced && namespace.is_none() {
+                        return Err(ApiError::path_not_found());
+                    }
+                    let written = registry.create(resource, namespace, input, &write).await?;
+                    Ok(respond::object(resource, output, include, StatusCode::CREATED, &written.object, &written.warnings))
+                }
+                _ => Err(ApiError::method_not_allowed(
+                    "the server does not allow this method on the requested resource",
+                )),
+            }
+        }
+        Verb::Update => {
+            let options = WriteOptions::from_query(query)?;
+            let write = write_of(caller, &options);
+            let name = info.name.as_deref().unwrap_or("");
+            let bytes = read_body(body).await?;
+            let input = decode_input(headers, &bytes)?;
+            if sub == Some("scale") {
+                let scale = input.object;
+                let answer = registry
+                    .update_scale(resource, namespace, name, &write, |_| Ok(scale.clone()))
+                    .await?;
+                return Ok(respond::object(resource, Output::Object(codec::Format::Json), include, StatusCode::OK, &answer, &[]));
+            }
+            let written = registry.update(resource, namespace, name, sub, input, &write).await?;
+            let status = if written.created { StatusCode::CREATED } else { StatusCode::OK };
+            Ok(respond::object(resource, output, include, status, &written.object, &written.warnings))
+        }
+        Verb::Patch => {
+            let options = WriteOptions::from_query(query)?;
+            let write = write_of(caller, &options);
+            let name = info.name.as_deref().unwrap_or("");
+            let bytes = read_body(body).await?;
+            codec::check_size(&bytes)?;
+            let kind = patch::PatchKind::from_content_type(header(headers, http::header::CONTENT_TYPE))?;
+            let document = patch::parse(kind, &bytes)?;
+            if sub == Some("scale") {
+                let answer = registry
+                    .update_scale(resource, namespace, name, &write, |current| {
+                        patch::apply(kind, "autoscaling", "Scale", current, &document)
+                    })
+                    .await?;
+                return Ok(respond::object(resource, Output::Object(codec::Format::Json), include, StatusCode::OK, &answer, &[]));
+            }
+            let written = patch::patch(registry, resource, namespace, name, sub, kind, &document, &write).await?;
+            Ok(respond::object(resource, output, include, StatusCode::OK, &written.object, &written.warnings))
+        }
+        Verb::Delete | Verb::DeleteCollection => {
+            let bytes = read_body(body).await?;
+            let (options, dry_run) = delete_options(query, headers, &bytes)?;
+            let mut write_options = WriteOptions::from_query(query)?;
+            write_options.dry_run |= dry_run;
+            let write = write_of(caller, &write_options);
+            if info.verb == Verb::DeleteCollection {
+                let list = ListOptions::from_query(query)?;
+                let deleted = registry
+                    .delete_collection(resource, namespace, &list.label_selector, &list.field_selector, &options, &write)
+                    .await?;
+                let result = registry::ListResult {
+                    items: deleted,
+                    resource_version: 0,
+                    continue_token: None,
+                    remaining_item_count: None,
+                };
+                return Ok(respond::list(resource, output, include, &result));
+            }
+            let name = info.name.as_deref().unwrap_or("");
+            let result = registry.delete(resource, namespace, name, &options, &write).await?;
+            let returns_object = !result.finished
+                || (resource.group.is_empty() && matches!(resource.kind, "Pod" | "Service" | "Namespace"));
+            if returns_object {
+                Ok(respond::object(resource, output, include, StatusCode::OK, &result.object, &[]))
+            } else {
+                let status = respond::success_status(resource, &result.object);
+                let format = match output {
+                    Output::Object(format) | Output::Metadata(format) => format,
+                    Output::Table(_) => codec::Format::Json,
+                };
+                Ok(respond::encoded(StatusCode::OK, format, &status, &[]))
+            }
+        }
+    }
+}
+
+/// DeleteOptions from the body (JSON, YAML or protobuf) and the query; also says whether the
+/// body asked for a dry run.
+fn delete_options(query: &Query, headers: &HeaderMap, bytes: &[u8]) -> Result<(DeleteOptions, bool)> {
+    let body: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
+        Value::Null
+    } else {
+        let format = codec::body_format(header(headers, http::header::CONTENT_TYPE))?;
+        codec::decode(format, bytes)?.value
+    };
+    let text = |value: &Value| value.as_str().map(str::to_string);
+    let mut options = DeleteOptions {
+        grace_period_seconds: body["gracePeriodSeconds"].as_i64(),
+        preconditions: Preconditions {
+            uid: text(&body["preconditions"]["uid"]),
+            resource_version: text(&body["preconditions"]["resourceVersion"]),
+        },
+        propagation_policy: text(&body["propagationPolicy"]),
+    };
+    if let Some(grace) = query.get("gracePeriodSeconds").filter(|g| !g.is_empty()) {
+        options.grace_period_seconds = Some(grace.parse().map_err(|_| {
+            ApiError::bad_request(format!("invalid value for gracePeriodSeconds: {grace:?}"))
+        })?);
+    }
+    if let Some(policy) = query.get("propagationPolicy").filter(|p| !p.is_empty()) {
+        options.propagation_policy = Some(policy.to_string());
+    }
+    if body["orphanDependents"].as_bool() == Some(true) || query.flag("orphanDependents") {
+        options.propagation_policy.get_or_insert_with(|| "Orphan".into());
+    }
+    if let Some(policy) = &options.propagation_policy {
+        if !matches!(policy.as_str(), "Orphan" | "Background" | "Foreground") {
+            return Err(ApiError::invalid(
+                "DeleteOptions",
+                "",
+                "",
+                vec![crate::error::Cause {
+                    reason: "FieldValueNotSupported".into(),
+                    message: format!("Unsupported value: \"{policy}\": supported values: \"Foreground\", \"Background\", \"Orphan\""),
+                    field: "propagationPolicy".into(),
+                }],
+            ));
+        }
+    }
+    if let Some(grace) = options.grace_period_seconds {
+        if grace < 0 {
+            options.grace_period_seconds = Some(0);
+        }
+    }
+    let dry_run = body["dryRun"]
+        .as_array()
+        .is_some_and(|values| values.iter().any(|value| value == "All"));
+    Ok((options, dry_run))
+}

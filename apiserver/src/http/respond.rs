@@ -1,0 +1,176 @@
+//! Turning results into responses in the form the client asked for: the object (JSON, YAML,
+//! protobuf), a `meta.k8s.io` Table with upstream's columns, or metadata only; lists get their
+//! List kind and ListMeta; warnings become `Warning` headers.
+
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode};
+use serde_json::{json, Value};
+
+use crate::catalog::ResourceInfo;
+use crate::codec::{self, Format, Output};
+use crate::error::{ApiError, Result};
+use crate::registry::ListResult;
+use crate::tables;
+
+/// `includeObject` on Table requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IncludeObject {
+    None,
+    Metadata,
+    Object,
+}
+
+impl IncludeObject {
+    pub fn parse(value: Option<&str>) -> Result<Self> {
+        match value {
+            None | Some("") | Some("Metadata") => Ok(Self::Metadata),
+            Some("None") => Ok(Self::None),
+            Some("Object") => Ok(Self::Object),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "includeObject: Unsupported value: \"{other}\": supported values: \"Metadata\", \"None\", \"Object\""
+            ))),
+        }
+    }
+}
+
+fn partial_metadata(object: &Value) -> Value {
+    json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": object.get("metadata").cloned().unwrap_or_else(|| json!({})),
+    })
+}
+
+/// One Table row.
+fn row(info: &ResourceInfo, object: &Value, include: IncludeObject, now: jiff::Timestamp) -> Value {
+    let mut row = json!({"cells": tables::cells(info.group, info.kind, object, now)});
+    match include {
+        IncludeObject::None => {}
+        IncludeObject::Metadata => row["object"] = partial_metadata(object),
+        IncludeObject::Object => row["object"] = object.clone(),
+    }
+    row
+}
+
+fn column_definitions(info: &ResourceInfo) -> Value {
+    serde_json::to_value(tables::columns(info.group, info.kind)).unwrap_or_else(|_| json!([]))
+}
+
+/// A Table of objects.
+pub fn table(
+    info: &ResourceInfo,
+    version: &str,
+    objects: &[Value],
+    list_meta: Value,
+    include: IncludeObject,
+    with_columns: bool,
+) -> Value {
+    let now = jiff::Timestamp::now();
+    let rows: Vec<Value> = objects.iter().map(|object| row(info, object, include, now)).collect();
+    json!({
+        "kind": "Table",
+        "apiVersion": format!("meta.k8s.io/{version}"),
+        "metadata": list_meta,
+        "columnDefinitions": if with_columns { column_definitions(info) } else { json!([]) },
+        "rows": rows,
+    })
+}
+
+fn list_meta(result: &ListResult) -> Value {
+    let mut meta = json!({"resourceVersion": result.resource_version.to_string()});
+    if let Some(token) = &result.continue_token {
+        meta["continue"] = json!(token);
+    }
+    if let Some(remaining) = result.remaining_item_count {
+        meta["remainingItemCount"] = json!(remaining);
+    }
+    meta
+}
+
+/// Encodes a body in a format and wraps it with its content type and status.
+pub fn encoded(status: StatusCode, format: Format, body: &Value, warnings: &[String]) -> Response {
+    match codec::encode(format, body) {
+        Ok(bytes) => {
+            let mut response =
+                (status, [(http::header::CONTENT_TYPE, format.content_type())], bytes).into_response();
+            add_warnings(&mut response, warnings);
+            response
+        }
+        Err(error) => error.into_response(),
+    }
+}
+
+/// Adds `Warning: 299 - "…"` headers.
+pub fn add_warnings(response: &mut Response, warnings: &[String]) {
+    for warning in warnings {
+        let escaped = warning.replace('\\', "\\\\").replace('"', "\\\"");
+        if let Ok(value) = HeaderValue::from_str(&format!("299 - \"{escaped}\"")) {
+            response.headers_mut().append(http::header::WARNING, value);
+        }
+    }
+}
+
+/// One object, in the negotiated form.
+pub fn object(
+    info: &ResourceInfo,
+    output: Output,
+    include: IncludeObject,
+    status: StatusCode,
+    object: &Value,
+    warnings: &[String],
+) -> Response {
+    match output {
+        Output::Object(format) => encoded(status, format, object, warnings),
+        Output::Metadata(format) => encoded(status, format, &partial_metadata(object), warnings),
+        Output::Table(version) => {
+            let body = table(info, version, std::slice::from_ref(object), json!({"resourceVersion": object["metadata"]["resourceVersion"]}), include, true);
+            encoded(status, Format::Json, &body, warnings)
+        }
+    }
+}
+
+/// A list, in the negotiated form.
+pub fn list(info: &ResourceInfo, output: Output, include: IncludeObject, result: &ListResult) -> Response {
+    let meta = list_meta(result);
+    match output {
+        Output::Object(format) => {
+            let body = json!({
+                "kind": info.list_kind(),
+                "apiVersion": info.api_version(),
+                "metadata": meta,
+                "items": result.items,
+            });
+            encoded(StatusCode::OK, format, &body, &[])
+        }
+        Output::Metadata(format) => {
+            let items: Vec<Value> = result.items.iter().map(partial_metadata).collect();
+            let body = json!({
+                "kind": "PartialObjectMetadataList",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": meta,
+                "items": items,
+            });
+            encoded(StatusCode::OK, format, &body, &[])
+        }
+        Output::Table(version) => {
+            let body = table(info, version, &result.items, meta, include, true);
+            encoded(StatusCode::OK, Format::Json, &body, &[])
+        }
+    }
+}
+
+/// Upstream's `Status` of success for deletes that return no object.
+pub fn success_status(info: &ResourceInfo, object: &Value) -> Value {
+    json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": {
+            "name": object["metadata"]["name"],
+            "group": info.group,
+            "kind": info.plural,
+            "uid": object["metadata"]["uid"],
+        },
+    })
+}

@@ -1,0 +1,79 @@
+//! Watch responses: a chunked stream of `{"type": …, "object": …}` JSON lines, each object
+//! encoded as the client asked (the object, one-row Tables, or metadata only), ended by
+//! `timeoutSeconds` (or a server default with jitter, as upstream) or by the client.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::response::Response;
+use bytes::Bytes;
+use futures::StreamExt;
+use http::StatusCode;
+use rand::Rng;
+use serde_json::json;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::respond::{self, IncludeObject};
+use crate::catalog::ResourceInfo;
+use crate::codec::{Format, Output};
+use crate::error::{ApiError, Result};
+use crate::registry::{Registry, WatchEventKind};
+use crate::request::ListOptions;
+
+/// The longest a watch lasts without `timeoutSeconds` (upstream: 30–60 minutes).
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+pub async fn serve(
+    registry: &Registry,
+    info: &'static ResourceInfo,
+    namespace: Option<&str>,
+    options: &ListOptions,
+    output: Output,
+    include: IncludeObject,
+) -> Result<Response> {
+    if matches!(output, Output::Object(Format::Protobuf) | Output::Metadata(Format::Protobuf)) {
+        return Err(ApiError::not_acceptable(
+            "watch is served as JSON (application/json); protobuf watch streams are not supported",
+        ));
+    }
+    let events = registry.watch(info, namespace, options).await?;
+    let timeout = match options.timeout_seconds {
+        Some(seconds) if seconds > 0 => Duration::from_secs(seconds as u64),
+        _ => DEFAULT_TIMEOUT + Duration::from_secs(rand::rng().random_range(0..DEFAULT_TIMEOUT.as_secs())),
+    };
+    let mut first_table = true;
+    let stream = ReceiverStream::new(events)
+        .take_until(tokio::time::sleep(timeout))
+        .map(move |event| {
+            let object = match (output, event.kind) {
+                (_, WatchEventKind::Error | WatchEventKind::Bookmark) => event.object,
+                (Output::Table(version), _) => {
+                    let with_columns = std::mem::replace(&mut first_table, false);
+                    respond::table(
+                        info,
+                        version,
+                        std::slice::from_ref(&event.object),
+                        json!({"resourceVersion": event.object["metadata"]["resourceVersion"]}),
+                        include,
+                        with_columns,
+                    )
+                }
+                (Output::Metadata(_), _) => json!({
+                    "kind": "PartialObjectMetadata",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": event.object["metadata"],
+                }),
+                (Output::Object(_), _) => event.object,
+            };
+            let mut line = serde_json::to_vec(&json!({"type": event.kind.as_str(), "object": object}))
+                .unwrap_or_default();
+            line.push(b'\n');
+            Ok::<Bytes, std::convert::Infallible>(Bytes::from(line))
+        });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::CACHE_CONTROL, "no-cache, private")
+        .body(Body::from_stream(stream))
+        .map_err(|error| ApiError::internal(format!("building the watch response: {error}")))
+}

@@ -1,0 +1,284 @@
+//! Lists: label and field selectors, `limit`/`continue` pages whose token pins the revision
+//! of the first page, and `resourceVersion` + `resourceVersionMatch` semantics.
+
+use base64::Engine;
+use rudder_storage::{KeyRange, RangeRequest};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::keys::collection_prefix;
+use super::object;
+use super::Registry;
+use crate::catalog::ResourceInfo;
+use crate::error::{ApiError, Result};
+use crate::request::{ListOptions, VersionMatch};
+use crate::selectors::{self, FieldSelector, LabelSelector};
+
+/// Rows read from storage per round trip when selectors filter a page.
+const FILTERED_BATCH: i64 = 500;
+
+/// One page of a list.
+#[derive(Clone, Debug)]
+pub struct ListResult {
+    pub items: Vec<Value>,
+    pub resource_version: i64,
+    pub continue_token: Option<String>,
+    pub remaining_item_count: Option<i64>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ContinueToken {
+    v: String,
+    rv: i64,
+    start: String,
+}
+
+const TOKEN_VERSION: &str = "meta.k8s.io/v1";
+
+fn encode_continue(revision: i64, start: &str) -> String {
+    let token = ContinueToken {
+        v: TOKEN_VERSION.into(),
+        rv: revision,
+        start: start.to_string(),
+    };
+    let json = serde_json::to_vec(&token).unwrap_or_default();
+    base64::engine::general_purpose::URL_SAFE.encode(json)
+}
+
+/// Decodes a continue token into (revision, start key relative to the collection prefix).
+pub fn decode_continue(token: &str) -> Result<(i64, String)> {
+    let invalid = |why: &str| ApiError::bad_request(format!("continue key is not valid: {why}"));
+    let bytes = base64::engine::general_purpose::URL_SAFE
+        .decode(token)
+        .or_else(|_| base64::engine::general_purpose::STANDARD.decode(token))
+        .map_err(|error| invalid(&error.to_string()))?;
+    let token: ContinueToken =
+        serde_json::from_slice(&bytes).map_err(|error| invalid(&error.to_string()))?;
+    if token.v != TOKEN_VERSION {
+        return Err(invalid("server does not recognize this encoded version"));
+    }
+    if token.rv <= 0 {
+        return Err(invalid("incorrect encoded start resourceVersion (version meta.k8s.io/v1)"));
+    }
+    if token.start.is_empty()
+        || token.start.starts_with('/')
+        || token.start.split('/').any(|part| part == "." || part == "..")
+    {
+        return Err(invalid("invalid start key"));
+    }
+    Ok((token.rv, token.start))
+}
+
+/// Parsed selectors of a list or watch, checked against the kind.
+#[derive(Clone, Debug)]
+pub(super) struct Filter {
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+    group: &'static str,
+    kind: &'static str,
+}
+
+impl Filter {
+    pub fn new(info: &ResourceInfo, options: &ListOptions) -> Result<Self> {
+        let labels = LabelSelector::parse(&options.label_selector)
+            .map_err(|error| ApiError::bad_request(error.to_string()))?;
+        let fields = FieldSelector::parse(&options.field_selector)
+            .map_err(|error| ApiError::bad_request(error.to_string()))?;
+        selectors::check_supported(info.group, info.kind, &fields)
+            .map_err(|error| ApiError::bad_request(error.to_string()))?;
+        Ok(Self {
+            labels,
+            fields,
+            group: info.group,
+            kind: info.kind,
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.fields.is_empty()
+    }
+
+    pub fn matches(&self, object: &Value) -> bool {
+        if !self.labels.matches_object(object) {
+            return false;
+        }
+        self.fields.is_empty()
+            || self
+                .fields
+                .matches(&selectors::selectable_fields(self.group, self.kind, object))
+    }
+}
+
+/// The key range a list reads: a namespace (from the URL or a `metadata.namespace=` field
+/// selector) or the whole resource.
+pub(super) fn list_prefix(info: &ResourceInfo, namespace: Option<&str>, filter: &Filter) -> Vec<u8> {
+    let namespace = namespace.or_else(|| {
+        info.namespaced
+            .then(|| filter.fields.exact("metadata.namespace"))
+            .flatten()
+            .filter(|ns| !ns.is_empty() && !ns.contains('/'))
+    });
+    collection_prefix(info, namespace)
+}
+
+impl Registry {
+    /// Waits (briefly) until the store has reached `revision`, as upstream's watch cache does
+    /// for a NotOlderThan read; then answers 504 "Too large resource version".
+    async fn wait_for_revision(&self, revision: i64) -> Result<()> {
+        for _ in 0..30 {
+            if self.storage.status().await?.revision >= revision {
+                return Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        let current = self.storage.status().await?.revision;
+        let mut error = ApiError::timeout(format!(
+            "Too large resource version: {revision}, current: {current}"
+        ));
+        error.details = Some(crate::error::Details {
+            causes: vec![crate::error::Cause {
+                reason: "ResourceVersionTooLarge".into(),
+                message: "Too large resource version".into(),
+                field: String::new(),
+            }],
+            retry_after_seconds: Some(1),
+            ..Default::default()
+        });
+        Err(error)
+    }
+
+    /// LIST.
+    pub async fn list(
+        &self,
+        info: &ResourceInfo,
+        namespace: Option<&str>,
+        options: &ListOptions,
+    ) -> Result<ListResult> {
+        let filter = Filter::new(info, options)?;
+        let prefix = list_prefix(info, namespace, &filter);
+        let end = rudder_storage::prefix_end(&prefix);
+        let (mut revision, mut start) = match &options.continue_token {
+            Some(token) => {
+                let (revision, start) = decode_continue(token)?;
+                let mut key = prefix.clone();
+                key.extend_from_slice(start.as_bytes());
+                (revision, key)
+            }
+            None => (0, prefix.clone()),
+        };
+        if options.continue_token.is_none() {
+            if let Some(version) = options.resource_version.as_deref().filter(|rv| *rv != "0") {
+                let wanted: i64 = version.parse().map_err(|_| {
+                    ApiError::bad_request(format!("resourceVersion: Invalid value: \"{version}\": must be a non-negative integer"))
+                })?;
+                match options.version_match {
+                    VersionMatch::Exact => revision = wanted,
+                    _ => self.wait_for_revision(wanted).await?,
+                }
+            }
+        }
+        let limit = options.limit;
+        let batch = match (limit, filter.is_empty()) {
+            (Some(limit), true) => limit + 1,
+            (Some(limit), false) => (limit + 1).max(FILTERED_BATCH),
+            (None, _) => 0,
+        };
+        let mut items = Vec::new();
+        let mut continue_from: Option<Vec<u8>> = None;
+        let mut remaining = None;
+        loop {
+            let request = RangeRequest::new(KeyRange::between(start.clone(), end.clone()))
+                .at_revision(revision)
+                .with_limit(batch);
+            let response = match self.storage.range(request).await {
+                Ok(response) => response,
+                Err(rudder_storage::Error::Compacted { .. }) if options.continue_token.is_some() => {
+                    return Err(self.expired_continue(&prefix, &start).await)
+                }
+                Err(rudder_storage::Error::Compacted { .. }) => {
+                    return Err(ApiError::expired(format!(
+                        "The resourceVersion for the provided list is too old. (requested {revision})"
+                    )))
+                }
+                Err(error) => return Err(error.into()),
+            };
+            if revision == 0 {
+                revision = response.revision;
+            }
+            let fetched = response.kvs.len();
+            for (index, kv) in response.kvs.into_iter().enumerate() {
+                if limit.is_some_and(|limit| items.len() as i64 >= limit) {
+                    continue_from = Some(kv.key.clone());
+                    if filter.is_empty() {
+                        remaining = Some(response.count - index as i64);
+                    }
+                    break;
+                }
+                let object = object::from_stored(&kv.value, kv.mod_revision).map_err(|error| {
+                    ApiError::internal(format!("stored object is not JSON: {error}"))
+                })?;
+                if filter.matches(&object) {
+                    items.push(object);
+                }
+                start = kv.key;
+                start.push(0);
+            }
+            if continue_from.is_some() || !response.more || fetched == 0 {
+                break;
+            }
+        }
+        let continue_token = continue_from.map(|key| {
+            let relative = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
+            encode_continue(revision, &relative)
+        });
+        Ok(ListResult {
+            items,
+            resource_version: revision,
+            continue_token,
+            remaining_item_count: remaining,
+        })
+    }
+
+    /// The 410 for a continue token whose revision was compacted, carrying a fresh token that
+    /// continues from the same key at the latest revision.
+    async fn expired_continue(&self, prefix: &[u8], start: &[u8]) -> ApiError {
+        let mut error = ApiError::expired(
+            "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
+        );
+        if let Ok(status) = self.storage.status().await {
+            let relative = String::from_utf8_lossy(&start[prefix.len().min(start.len())..]).into_owned();
+            if !relative.is_empty() {
+                error.continue_token = Some(encode_continue(status.revision, &relative));
+            }
+        }
+        error
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn continue_tokens_round_trip() {
+        let token = encode_continue(42, "ns/name\u{0}");
+        assert_eq!(decode_continue(&token).expect("valid"), (42, "ns/name\u{0}".to_string()));
+    }
+
+    #[test]
+    fn forged_continue_tokens_are_bad_requests() {
+        let engine = base64::engine::general_purpose::URL_SAFE;
+        for token in [
+            "!!!not base64".to_string(),
+            engine.encode("not json"),
+            engine.encode(r#"{"v":"other/v9","rv":3,"start":"a"}"#),
+            engine.encode(r#"{"v":"meta.k8s.io/v1","rv":0,"start":"a"}"#),
+            engine.encode(r#"{"v":"meta.k8s.io/v1","rv":3,"start":"../../secrets/x"}"#),
+            engine.encode(r#"{"v":"meta.k8s.io/v1","rv":3,"start":"/registry/secrets"}"#),
+        ] {
+            let error = decode_continue(&token).expect_err(&token);
+            assert_eq!(error.code, 400, "{token}");
+            assert!(error.message.starts_with("continue key is not valid"));
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! The registry: one generic store that serves every resource in the catalog, with the
+//! per-kind rules (defaults, validation, status handling, allocations) applied in a fixed
+//! order. See docs/apiserver.md for the create/update/delete flows.
+//!
+//! ```text
+//! create: canonicalize → prepare_for_create → defaults → validate → admission → storage.create
+//! update: read → (patch) → canonicalize → prepare_for_update → defaults → validate
+//!         → admission → storage.update (compare-and-swap on mod_revision, retried when the
+//!         client did not pin a resourceVersion)
+//! delete: read → preconditions → admission → finalizers? mark : storage.delete
+//! ```
+
+mod allocator;
+mod keys;
+mod list;
+mod namespaces;
+pub mod object;
+mod store;
+mod strategy;
+mod subresources;
+mod watch;
+
+pub use allocator::{Allocators, Cidr};
+
+/// Parses a service CIDR.
+pub fn allocator_cidr(text: &str) -> Result<Cidr, String> {
+    Cidr::parse(text)
+}
+pub use list::{decode_continue, ListResult};
+pub use namespaces::{bootstrap, StoredNamespaces};
+pub use store::{DeleteOptions, DeleteResult, Input, Preconditions};
+pub use watch::{WatchEvent, WatchEventKind};
+
+use std::sync::Arc;
+
+use rudder_admission::Chain;
+use rudder_storage::Storage;
+
+use crate::request::FieldValidation;
+
+/// Who is asking, for admission and authorization.
+#[derive(Clone, Debug, Default)]
+pub struct Caller {
+    pub user: String,
+    pub groups: Vec<String>,
+}
+
+/// Options of one write, resolved from the query.
+#[derive(Clone, Debug)]
+pub struct Write {
+    pub caller: Caller,
+    pub dry_run: bool,
+    pub field_validation: FieldValidation,
+    pub field_manager: Option<String>,
+}
+
+/// The outcome of a write: the object as stored, and any warnings for the client.
+#[derive(Clone, Debug)]
+pub struct Written {
+    pub object: serde_json::Value,
+    pub created: bool,
+    pub warnings: Vec<String>,
+}
+
+/// The generic store over every cataloged resource.
+#[derive(Clone)]
+pub struct Registry {
+    storage: Arc<dyn Storage>,
+    admission: Arc<Chain>,
+    allocators: Arc<Allocators>,
+}
+
+impl Registry {
+    pub fn new(storage: Arc<dyn Storage>, admission: Arc<Chain>, allocators: Allocators) -> Self {
+        Self {
+            storage,
+            admission,
+            allocators: Arc::new(allocators),
+        }
+    }
+
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
+    }
+}

@@ -1,0 +1,641 @@
+//! The generic store's reads and writes: get, create, update (PUT and the patch engines go
+//! through `update_with`), delete with preconditions, finalizers and graceful deletion, and
+//! delete-collection.
+
+use rudder_admission::{Attributes, Operation};
+use rudder_storage::{CreateOutcome, DeleteOutcome, KeyRange, RangeRequest, UpdateOutcome};
+use serde_json::{json, Value};
+
+use super::keys::{collection_prefix, object_key};
+use super::object::{self, metadata_mut};
+use super::{strategy, Caller, Registry, Write, Written};
+use crate::catalog::ResourceInfo;
+use crate::codec;
+use crate::error::{ApiError, Result};
+use crate::request::FieldValidation;
+
+/// How many times a write that lost a compare-and-swap race is retried.
+const MAX_CONFLICT_RETRIES: usize = 16;
+
+/// `DeleteOptions.preconditions`.
+#[derive(Clone, Debug, Default)]
+pub struct Preconditions {
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+}
+
+/// The parts of `DeleteOptions` the store acts on.
+#[derive(Clone, Debug, Default)]
+pub struct DeleteOptions {
+    pub grace_period_seconds: Option<i64>,
+    pub preconditions: Preconditions,
+    pub propagation_policy: Option<String>,
+}
+
+/// The outcome of a delete.
+#[derive(Clone, Debug)]
+pub struct DeleteResult {
+    /// The object: as it was when removed, or as it is now while deletion is pending.
+    pub object: Value,
+    /// False when the object stays, marked, until finalizers or a grace period end.
+    pub finished: bool,
+}
+
+/// A request body after decoding, before it is checked.
+#[derive(Clone, Debug)]
+pub struct Input {
+    pub object: Value,
+    pub duplicate_fields: Vec<String>,
+}
+
+impl Registry {
+    /// Reads one object with its resourceVersion, or None.
+    pub(super) async fn read(
+        &self,
+        info: &ResourceInfo,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<(Value, i64)>> {
+        let key = object_key(info, namespace, name);
+        let Some(kv) = self.storage.get(&key, 0).await? else {
+            return Ok(None);
+        };
+        let object = object::from_stored(&kv.value, kv.mod_revision)
+            .map_err(|error| ApiError::internal(format!("stored object is not JSON: {error}")))?;
+        Ok(Some((object, kv.mod_revision)))
+    }
+
+    /// GET of one object.
+    pub async fn get(&self, info: &ResourceInfo, namespace: Option<&str>, name: &str) -> Result<Value> {
+        match self.read(info, namespace, name).await? {
+            Some((object, _)) => Ok(object),
+            None => Err(ApiError::not_found(info, name)),
+        }
+    }
+
+    /// POST: creates an object (a generated name is retried on collision).
+    pub async fn create(
+        &self,
+        info: &ResourceInfo,
+        namespace: Option<&str>,
+        input: Input,
+        write: &Write,
+    ) -> Result<Written> {
+        let mut object = input.object;
+        check_body(info, namespace, None, &mut object)?;
+        let (canonical, warnings) =
+            canonicalize(info, &object, &input.duplicate_fields, write.field_validation)?;
+        let generate = object::name(&canonical).is_empty()
+            && !object::meta_str(&canonical, "generateName").is_empty();
+        for _attempt in 0..8 {
+            let mut object = canonical.clone();
+            if generate {
+                let base = object::meta_str(&object, "generateName").to_string();
+                object::set_meta(&mut object, "name", object::generated_name(&base));
+            }
+            strategy::prepare_for_create(info, &mut object);
+            strategy::default(info, &mut object);
+            strategy::validate(info, &object, None)?;
+            self.admit(info, Operation::Create, None, &write.caller, write.dry_run, Some(&mut object), None)
+                .await?;
+            let allocated = self.allocators.allocate(info, &mut object, None, write.dry_run).await?;
+            if write.dry_run {
+                return Ok(Written { object, created: true, warnings });
+            }
+            let name = object::name(&object).to_string();
+            let key = object_key(info, namespace, &name);
+            let value = encode(&object)?;
+            match self.storage.create(&key, &value, 0).await {
+                Ok(CreateOutcome::Created { revision }) => {
+                    return Ok(Written {
+                        object: object::with_resource_version(object, revision),
+                        created: true,
+                        warnings,
+                    })
+                }
+                Ok(CreateOutcome::AlreadyExists { .. }) => {
+                    self.allocators.release_all(allocated).await;
+                    if !generate {
+                        return Err(ApiError::already_exists(info, &name));
+                    }
+                }
+                Err(error) => {
+                    self.allocators.release_all(allocated).await;
+                    return Err(error.into());
+                }
+            }
+        }
+        Err(ApiError::already_exists(info, object::meta_str(&canonical, "generateName")))
+    }
+
+    /// PUT of an object or its `/status`.
+    pub async fn update(
+        &self,
+        info: &ResourceInfo,
+        namespace: Option<&str>,
+        name: &str,
+        subresource: Option<&str>,
+        input: Input,
+        write: &Write,
+    ) -> Result<Written> {
+        let mut body = input.object;
+        check_body(info, namespace, Some(name), &mut body)?;
+        let (body, warnings) =
+            canonicalize(info, &body, &input.duplicate_fields, write.field_validation)?;
+        let mut written = self
+            .update_with(info, namespace, name, subresource, write, |_current| Ok(body.clone()))
+            .await?;
+        written.warnings.extend(warnings);
+        Ok(written)
+    }
+
+    /// Reads the object, asks `change` for its new state and writes that with a
+    /// compare-and-swap. When the new state names a resourceVersion the write is pinned to it
+    /// (409 on mismatch); otherwise a lost race is retried against the latest state.
+    pub async fn update_with<F>(
+        &self,
+        info: &ResourceInfo,
+        namespace: Option<&str>,
+        name: &str,
+        subresource: Option<&str>,
+        write: &Write,
+        mut change: F,
+    ) -> Result<Written>
+    where
+        F: FnMut(&Value) -> Result<Value> + Send,
+    {
+        for _attempt in 0..MAX_CONFLICT_RETRIES {
+            let Some((current, revision)) = self.read(info, namespace, name).await? else {
+                return Err(ApiError::not_found(info, name));
+            };
+            let mut object = change(&current)?;
+            check_body(info, namespace, Some(name), &mut object)?;
+            let pinned = object::meta_str(&object, "resourceVersion").to_string();
+            if !pinned.is_empty() && pinned != revision.to_string() {
+                return Err(ApiError::modified(info, name));
+            }
+            strategy::prepare_for_update(info, subresource, &mut object, &current);
+            strategy::default(info, &mut object);
+            strategy::validate(info, &object, Some(&current))?;
+            self.admit(
+                info,
+                Operation::Update,
+                subresource,
+                &write.caller,
+                write.dry_run,
+                Some(&mut object),
+                Some(&current),
+            )
+            .await?;
+            self.allocators
+                .allocate(info, &mut object, Some(&current), write.dry_run)
+                .await?;
+            object::remove_meta(&mut object, "resourceVersion");
+            let mut unchanged = current.clone();
+            object::remove_meta(&mut unchanged, "resourceVersion");
+            if object == unchanged {
+                return Ok(Written { object: current, created: false, warnings: Vec::new() });
+            }
+            if write.dry_run {
+                return Ok(Written {
+                    object: object::with_resource_version(object, revision),
+                    created: false,
+                    warnings: Vec::new(),
+                });
+            }
+            let key = object_key(info, namespace, name);
+            if object::is_deleting(&object) && !holds_deletion(info, &object) {
+                // The last finalizer is gone: the pending deletion completes now.
+                match self.storage.delete(&key, Some(revision)).await? {
+                    DeleteOutcome::Deleted { revision, .. } => {
+                        self.allocators.release_for(info, &object).await;
+                        return Ok(Written {
+                            object: object::with_resource_version(object, revision),
+                            created: false,
+                            warnings: Vec::new(),
+                        });
+                    }
+                    DeleteOutcome::NotFound => return Err(ApiError::not_found(info, name)),
+                    DeleteOutcome::Conflict { .. } if !pinned.is_empty() => {
+                        return Err(ApiError::modified(info, name))
+                    }
+                    DeleteOutcome::Conflict { .. } => continue,
+                }
+            }
+            match self.storage.update(&key, &encode(&object)?, revision, 0).await? {
+                UpdateOutcome::Updated { revision } => {
+                    return Ok(Written {
+                        object: object::with_resource_version(object, revision),
+                        created: false,
+                        warnings: Vec::new(),
+                    })
+                }
+                UpdateOutcome::Conflict { current: None } => {
+                    return Err(ApiError::not_found(info, name))
+                }
+                UpdateOutcome::Conflict { .. } if !pinned.is_empty() => {
+                    return Err(ApiError::modified(info, name))
+                }
+                UpdateOutcome::Conflict { .. } => continue,
+            }
+        }
+        Err(ApiError::conflict(info, name, "too many concurrent updates; please retry"))
+    }
+
+    /// DELETE of one object.
+    pub async fn delete(
+        &self,
+        info: &ResourceInfo,
+        namespace: Option<&str>,
+        name: &str,
+        options: &DeleteOptions,
+        write: &Write,
+    ) -> Result<DeleteResult> {
+        for _attempt in 0..MAX_CONFLICT_RETRIES {
+            let Some((current, revision)) = self.read(info, namespace, name).await? else {
+                return Err(ApiError::not_found(info, name));
+            };
+            check_preconditions(info, name, &current, revision, &options.preconditions)?;
+            self.admit(info, Operation::Delete, None, &write.caller, write.dry_run, None, Some(&current))
+                .await?;
+            let pending = pending_deletion(info, &current, options);
+            if write.dry_run {
+                return Ok(DeleteResult {
+                    object: pending.unwrap_or(current),
+                    finished: false,
+                });
+            }
+            let key = object_key(info, namespace, name);
+            if let Some(marked) = pending {
+                if marked == current {
+                    return Ok(DeleteResult { object: current, finished: false });
+                }
+                match self.storage.update(&key, &encode(&marked)?, revision, 0).await? {
+                    UpdateOutcome::Updated { revision } => {
+                        if info.kind == "Namespace" && info.group.is_empty() {
+                            self.spawn_namespace_finalizer(name.to_string());
+                        }
+                        return Ok(DeleteResult {
+                            object: object::with_resource_version(marked, revision),
+                            finished: false,
+                        });
+                    }
+                    UpdateOutcome::Conflict { current: None } => {
+                        return Err(ApiError::not_found(info, name))
+                    }
+                    UpdateOutcome::Conflict { .. } => continue,
+                }
+            }
+            match self.storage.delete(&key, Some(revision)).await? {
+                DeleteOutcome::Deleted { revision, .. } => {
+                    self.allocators.release_for(info, &current).await;
+                    return Ok(DeleteResult {
+                        object: object::with_resource_version(current, revision),
+                        finished: true,
+                    });
+                }
+                DeleteOutcome::NotFound => return Err(ApiError::not_found(info, name)),
+                DeleteOutcome::Conflict { .. } => continue,
+            }
+        }
+        Err(ApiError::conflict(info, name, "too many concurrent updates; please retry"))
+    }
+
+    /// DELETE of a collection: every object the selectors match, each deleted as above.
+    pub async fn delete_collection(
+        &self,
+        info: &ResourceInfo,
+        namespace: Option<&str>,
+        label_selector: &str,
+        field_selector: &str,
+        options: &DeleteOptions,
+        write: &Write,
+    ) -> Result<Vec<Value>> {
+        let listed = self
+            .list(
+                info,
+                namespace,
+                &crate::request::ListOptions {
+                    label_selector: label_selector.to_string(),
+                    field_selector: field_selector.to_string(),
+                    ..crate::request::ListOptions::everything()
+                },
+            )
+            .await?;
+        let mut deleted = Vec::new();
+        for item in listed.items {
+            let name = object::name(&item).to_string();
+            let item_namespace = object::namespace(&item).to_string();
+            let item_namespace = Some(item_namespace.as_str()).filter(|ns| !ns.is_empty());
+            match self.delete(info, item_namespace, &name, options, write).await {
+                Ok(result) => deleted.push(result.object),
+                Err(error) if error.code == 404 => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// Whether any object of this resource exists under a key prefix (for namespace cleanup).
+    pub(super) async fn count_in(&self, info: &ResourceInfo, namespace: &str) -> Result<i64> {
+        let prefix = collection_prefix(info, Some(namespace));
+        let response = self
+            .storage
+            .range(RangeRequest::new(KeyRange::prefix(prefix)).count_only())
+            .await?;
+        Ok(response.count)
+    }
+
+    /// The canonical form of a body (see `canonicalize`), for the patch engines.
+    pub fn canonicalize(
+        &self,
+        info: &ResourceInfo,
+        object: &Value,
+        validation: FieldValidation,
+    ) -> Result<(Value, Vec<String>)> {
+        canonicalize(info, object, &[], validation)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn admit(
+        &self,
+        info: &ResourceInfo,
+        operation: Operation,
+        subresource: Option<&str>,
+        caller: &Caller,
+        dry_run: bool,
+        object: Option<&mut Value>,
+        old: Option<&Value>,
+    ) -> Result<()> {
+        let name = object
+            .as_deref()
+            .or(old)
+            .map(|object| object::name(object).to_string())
+            .unwrap_or_default();
+        let namespace = object
+            .as_deref()
+            .or(old)
+            .map(|object| object::namespace(object).to_string())
+            .filter(|namespace| !namespace.is_empty());
+        let attributes = Attributes {
+            operation,
+            group: info.group.to_string(),
+            version: info.version.to_string(),
+            kind: info.kind.to_string(),
+            resource: info.plural.to_string(),
+            subresource: subresource.map(str::to_string),
+            namespace,
+            name,
+            user: caller.user.clone(),
+            dry_run,
+        };
+        self.admission.admit(&attributes, object, old).await?;
+        Ok(())
+    }
+}
+
+/// Whether something still holds a deleting object: its finalizers (and, for a namespace,
+/// the finalizers in its spec).
+fn holds_deletion(info: &ResourceInfo, object: &Value) -> bool {
+    !object::finalizers(object).is_empty()
+        || (info.group.is_empty()
+            && info.kind == "Namespace"
+            && object["spec"]["finalizers"].as_array().is_some_and(|f| !f.is_empty()))
+}
+
+fn encode(object: &Value) -> Result<Vec<u8>> {
+    object::to_stored(object).map_err(|error| ApiError::internal(format!("encoding object: {error}")))
+}
+
+/// Checks a body against the URL: kind and apiVersion, namespace, name.
+fn check_body(
+    info: &ResourceInfo,
+    namespace: Option<&str>,
+    url_name: Option<&str>,
+    object: &mut Value,
+) -> Result<()> {
+    if !object.is_object() {
+        return Err(ApiError::bad_request(format!(
+            "the body of the request is not a {} object",
+            info.kind
+        )));
+    }
+    let api_version = info.api_version();
+    match object.get("apiVersion").and_then(Value::as_str) {
+        None | Some("") => object["apiVersion"] = api_version.clone().into(),
+        Some(given) if given == api_version => {}
+        Some(given) => {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({given}) does not match the expected API version ({api_version})"
+            )))
+        }
+    }
+    match object.get("kind").and_then(Value::as_str) {
+        None | Some("") => object["kind"] = info.kind.into(),
+        Some(given) if given == info.kind => {}
+        Some(given) => {
+            return Err(ApiError::bad_request(format!(
+                "the kind in the data ({given}) does not match the expected kind ({})",
+                info.kind
+            )))
+        }
+    }
+    if info.namespaced {
+        let url_namespace = namespace.unwrap_or("");
+        let body_namespace = object::namespace(object).to_string();
+        if body_namespace.is_empty() {
+            object::set_meta(object, "namespace", url_namespace);
+        } else if body_namespace != url_namespace {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+    }
+    if let Some(url_name) = url_name {
+        let body_name = object::name(object).to_string();
+        if body_name.is_empty() {
+            object::set_meta(object, "name", url_name);
+        } else if body_name != url_name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({url_name})"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Round-trips the body through its typed form; unknown and duplicate fields become an error
+/// (Strict), warnings (Warn) or nothing (Ignore).
+fn canonicalize(
+    info: &ResourceInfo,
+    object: &Value,
+    duplicate_fields: &[String],
+    validation: FieldValidation,
+) -> Result<(Value, Vec<String>)> {
+    let Some(canonicalize) = info.canonicalize else {
+        return Ok((object.clone(), Vec::new()));
+    };
+    let canonical = canonicalize(object.clone()).map_err(|error| {
+        ApiError::bad_request(format!(
+            "{kind} in version \"{version}\" cannot be handled as a {kind}: {error}",
+            kind = info.kind,
+            version = info.version
+        ))
+    })?;
+    if validation == FieldValidation::Ignore {
+        return Ok((canonical, Vec::new()));
+    }
+    let mut problems: Vec<String> = codec::unknown_fields(object, &canonical)
+        .into_iter()
+        .map(|field| format!("unknown field \"{field}\""))
+        .collect();
+    problems.extend(duplicate_fields.iter().map(|field| format!("duplicate field \"{field}\"")));
+    if problems.is_empty() {
+        return Ok((canonical, Vec::new()));
+    }
+    match validation {
+        FieldValidation::Strict => Err(ApiError::bad_request(format!(
+            "strict decoding error: {}",
+            problems.join(", ")
+        ))),
+        _ => Ok((canonical, problems)),
+    }
+}
+
+fn check_preconditions(
+    info: &ResourceInfo,
+    name: &str,
+    current: &Value,
+    revision: i64,
+    preconditions: &Preconditions,
+) -> Result<()> {
+    if let Some(uid) = preconditions.uid.as_deref().filter(|uid| !uid.is_empty()) {
+        let actual = object::meta_str(current, "uid");
+        if uid != actual {
+            return Err(ApiError::conflict(
+                info,
+                name,
+                &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"),
+            ));
+        }
+    }
+    if let Some(version) = preconditions.resource_version.as_deref().filter(|v| !v.is_empty()) {
+        if version != revision.to_string() {
+            return Err(ApiError::conflict(
+                info,
+                name,
+                &format!("Precondition failed: ResourceVersion in precondition: {version}, ResourceVersion in object meta: {revision}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The marked object when deletion must wait (finalizers, a terminating namespace, a bound
+/// pod's grace period), or None when the object can go now.
+fn pending_deletion(info: &ResourceInfo, current: &Value, options: &DeleteOptions) -> Option<Value> {
+    let mut marked = current.clone();
+    let mut finalizers = object::finalizers(current);
+    match options.propagation_policy.as_deref() {
+        Some("Orphan") if !finalizers.iter().any(|f| f == "orphan") => {
+            finalizers.push("orphan".into())
+        }
+        Some("Foreground") if !finalizers.iter().any(|f| f == "foregroundDeletion") => {
+            finalizers.push("foregroundDeletion".into())
+        }
+        _ => {}
+    }
+    let is_namespace = info.group.is_empty()
+        && info.kind == "Namespace"
+        && current["spec"]["finalizers"].as_array().is_some_and(|f| !f.is_empty());
+    let bound_pod_grace = (info.group.is_empty() && info.kind == "Pod")
+        .then(|| {
+            let bound = current["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty());
+            let grace = options
+                .grace_period_seconds
+                .or_else(|| current["spec"]["terminationGracePeriodSeconds"].as_i64())
+                .unwrap_or(30);
+            (bound && grace > 0 && current["status"]["phase"] != "Succeeded" && current["status"]["phase"] != "Failed")
+                .then_some(grace)
+        })
+        .flatten();
+    if finalizers.is_empty() && !is_namespace && bound_pod_grace.is_none() {
+        return None;
+    }
+    if is_namespace && !object::is_deleting(current) {
+        marked["status"] = json!({"phase": "Terminating"});
+    }
+    let metadata = metadata_mut(&mut marked);
+    if !finalizers.is_empty() {
+        metadata.insert("finalizers".into(), json!(finalizers));
+    }
+    if !metadata.contains_key("deletionTimestamp") {
+        let grace = bound_pod_grace.unwrap_or(0);
+        let when = jiff::Timestamp::now()
+            .checked_add(jiff::SignedDuration::from_secs(grace))
+            .unwrap_or_else(|_| jiff::Timestamp::now());
+        metadata.insert(
+            "deletionTimestamp".into(),
+            when.strftime("%Y-%m-%dT%H:%M:%SZ").to_string().into(),
+        );
+        metadata.insert("deletionGracePeriodSeconds".into(), grace.into());
+    } else if bound_pod_grace.is_none() && finalizers.is_empty() && !is_namespace {
+        return None;
+    }
+    Some(marked)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog;
+
+    #[test]
+    fn bodies_with_another_namespace_or_kind_are_bad_requests() {
+        let configmaps = catalog::find("", "v1", "configmaps").expect("cm");
+        let mut other_ns = json!({"metadata": {"name": "a", "namespace": "b"}});
+        assert_eq!(check_body(configmaps, Some("a"), None, &mut other_ns).err().map(|e| e.code), Some(400));
+        let mut other_kind = json!({"kind": "Secret", "metadata": {"name": "a"}});
+        assert_eq!(check_body(configmaps, Some("a"), None, &mut other_kind).err().map(|e| e.code), Some(400));
+        let mut other_name = json!({"metadata": {"name": "a"}});
+        assert_eq!(check_body(configmaps, Some("n"), Some("b"), &mut other_name).err().map(|e| e.code), Some(400));
+        let mut bare = json!({"metadata": {"name": "a"}});
+        check_body(configmaps, Some("n"), None, &mut bare).expect("fills in");
+        assert_eq!(bare["metadata"]["namespace"], "n");
+        assert_eq!(bare["kind"], "ConfigMap");
+        assert_eq!(bare["apiVersion"], "v1");
+    }
+
+    #[test]
+    fn strict_validation_rejects_unknown_fields_and_warn_reports_them() {
+        let configmaps = catalog::find("", "v1", "configmaps").expect("cm");
+        let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "dat": {}});
+        let body_with_unknown = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "spec": {"x": 1}});
+        assert!(canonicalize(configmaps, &body, &[], FieldValidation::Strict).is_ok());
+        let error = canonicalize(configmaps, &body_with_unknown, &[], FieldValidation::Strict).expect_err("strict");
+        assert_eq!(error.message, "strict decoding error: unknown field \"spec\"");
+        let (_, warnings) = canonicalize(configmaps, &body_with_unknown, &["metadata.name".into()], FieldValidation::Warn).expect("warn");
+        assert_eq!(warnings, vec!["unknown field \"spec\"", "duplicate field \"metadata.name\""]);
+    }
+
+    #[test]
+    fn objects_with_finalizers_are_marked_not_removed() {
+        let configmaps = catalog::find("", "v1", "configmaps").expect("cm");
+        let plain = json!({"metadata": {"name": "a"}});
+        assert!(pending_deletion(configmaps, &plain, &DeleteOptions::default()).is_none());
+        let held = json!({"metadata": {"name": "a", "finalizers": ["x/y"]}});
+        let marked = pending_deletion(configmaps, &held, &DeleteOptions::default()).expect("marked");
+        assert!(object::is_deleting(&marked));
+        let orphan = DeleteOptions { propagation_policy: Some("Orphan".into()), ..DeleteOptions::default() };
+        let marked = pending_deletion(configmaps, &plain, &orphan).expect("orphan finalizer");
+        assert_eq!(object::finalizers(&marked), vec!["orphan"]);
+    }
+
+    #[test]
+    fn namespaces_go_terminating() {
+        let namespaces = catalog::find("", "v1", "namespaces").expect("ns");
+        let ns = json!({"metadata": {"name": "a"}, "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}});
+        let marked = pending_deletion(namespaces, &ns, &DeleteOptions::default()).expect("marked");
+        assert_eq!(marked["status"]["phase"], "Terminating");
+    }
+}

@@ -1,0 +1,257 @@
+//! batch/v1 tables: Job (status, completions, duration) and CronJob.
+
+use jiff::Timestamp;
+use serde_json::Value;
+
+use super::format::{
+    age, age_col, arr, at, col, container_cells, deleting, format_selector, human_duration, i,
+    len_of, name, name_col, opt_b, opt_i, opt_s, s, since, time_at, wide, CONTAINERS_DESC,
+    IMAGES_DESC,
+};
+use super::Column;
+
+const SELECTOR_DESC: &str = "A label query over the pods the job's pod count covers.";
+
+pub fn columns(kind: &str) -> Option<Vec<Column>> {
+    let wide_tail = || {
+        vec![
+            wide("Containers", "string", CONTAINERS_DESC),
+            wide("Images", "string", IMAGES_DESC),
+            wide("Selector", "string", SELECTOR_DESC),
+        ]
+    };
+    let mut cols = match kind {
+        "Job" => vec![
+            name_col(),
+            col(
+                "Status",
+                "string",
+                "The job's overall state, such as Running, Complete, Failed or Suspended.",
+            ),
+            col(
+                "Completions",
+                "string",
+                "Succeeded pods out of the completions the job needs.",
+            ),
+            col(
+                "Duration",
+                "string",
+                "How long the job ran, or has been running so far.",
+            ),
+            age_col(),
+        ],
+        "CronJob" => vec![
+            name_col(),
+            col("Schedule", "string", "The schedule, in cron format."),
+            col(
+                "Timezone",
+                "string",
+                "The time zone of the schedule; the controller's local zone when unset.",
+            ),
+            col(
+                "Suspend",
+                "boolean",
+                "Whether later runs are suspended; runs already started are not affected.",
+            ),
+            col(
+                "Active",
+                "integer",
+                "How many of the cron job's jobs are running now.",
+            ),
+            col(
+                "Last Schedule",
+                "string",
+                "When a job was last successfully scheduled.",
+            ),
+            age_col(),
+        ],
+        _ => return None,
+    };
+    cols.extend(wide_tail());
+    Some(cols)
+}
+
+pub fn cells(kind: &str, obj: &Value, now: Timestamp) -> Option<Vec<Value>> {
+    let mut row = match kind {
+        "Job" => vec![
+            Value::from(name(obj)),
+            job_status(obj).into(),
+            completions(obj).into(),
+            job_duration(obj, now).into(),
+            age(obj, now),
+        ],
+        "CronJob" => {
+            let last = time_at(obj, &["status", "lastScheduleTime"]);
+            let suspend = match opt_b(obj, &["spec", "suspend"]) {
+                Some(true) => "True",
+                Some(false) => "False",
+                None => "<unset>",
+            };
+            vec![
+                Value::from(name(obj)),
+                s(obj, &["spec", "schedule"]).into(),
+                opt_s(obj, &["spec", "timeZone"]).unwrap_or("<none>").into(),
+                suspend.into(),
+                len_of(obj, &["status", "active"]).into(),
+                last.map_or_else(|| "<none>".to_string(), |t| since(Some(t), now))
+                    .into(),
+                age(obj, now),
+            ]
+        }
+        _ => return None,
+    };
+    let job_spec = if kind == "Job" {
+        at(obj, &["spec"])
+    } else {
+        at(obj, &["spec", "jobTemplate", "spec"])
+    };
+    let (names, images) = container_cells(job_spec.and_then(|j| at(j, &["template", "spec"])));
+    let selector = job_spec.map_or_else(
+        || "<none>".to_string(),
+        |j| format_selector(j, &["selector"]),
+    );
+    row.extend([names, images, selector.into()]);
+    Some(row)
+}
+
+fn has_condition(obj: &Value, ctype: &str) -> bool {
+    arr(obj, &["status", "conditions"])
+        .iter()
+        .find(|c| s(c, &["type"]) == ctype)
+        .is_some_and(|c| s(c, &["status"]) == "True")
+}
+
+fn job_status(obj: &Value) -> &'static str {
+    if has_condition(obj, "Complete") {
+        "Complete"
+    } else if has_condition(obj, "Failed") {
+        "Failed"
+    } else if deleting(obj) {
+        "Terminating"
+    } else if has_condition(obj, "Suspended") {
+        "Suspended"
+    } else if has_condition(obj, "FailureTarget") {
+        "FailureTarget"
+    } else {
+        "Running"
+    }
+}
+
+fn completions(obj: &Value) -> String {
+    let succeeded = i(obj, &["status", "succeeded"]);
+    if let Some(total) = opt_i(obj, &["spec", "completions"]) {
+        return format!("{succeeded}/{total}");
+    }
+    match i(obj, &["spec", "parallelism"]) {
+        p if p > 1 => format!("{succeeded}/1 of {p}"),
+        _ => format!("{succeeded}/1"),
+    }
+}
+
+fn job_duration(obj: &Value, now: Timestamp) -> String {
+    let Some(start) = time_at(obj, &["status", "startTime"]) else {
+        return String::new();
+    };
+    let end = time_at(obj, &["status", "completionTime"]).unwrap_or(now);
+    human_duration(end.duration_since(start))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn now() -> Timestamp {
+        "2024-05-01T12:00:00Z".parse().unwrap()
+    }
+
+    fn row(kind: &str, obj: Value) -> Vec<Value> {
+        cells(kind, &obj, now()).unwrap()
+    }
+
+    #[test]
+    fn a_finished_job_is_complete_with_its_run_time() {
+        let obj = json!({"metadata": {"name": "pi", "creationTimestamp": "2024-05-01T11:00:00Z"},
+            "spec": {"completions": 1, "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "u"}},
+                "template": {"spec": {"containers": [{"name": "pi", "image": "perl"}]}}},
+            "status": {"succeeded": 1, "startTime": "2024-05-01T11:00:00Z",
+                "completionTime": "2024-05-01T11:00:42Z",
+                "conditions": [{"type": "Complete", "status": "True"}]}});
+        assert_eq!(
+            row("Job", obj),
+            [
+                json!("pi"),
+                json!("Complete"),
+                json!("1/1"),
+                json!("42s"),
+                json!("60m"),
+                json!("pi"),
+                json!("perl"),
+                json!("batch.kubernetes.io/controller-uid=u")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_running_job_counts_its_duration_up_to_now() {
+        let obj = json!({"spec": {"parallelism": 3},
+            "status": {"startTime": "2024-05-01T11:55:00Z"}});
+        let r = row("Job", obj);
+        assert_eq!(r[1..4], [json!("Running"), json!("0/1 of 3"), json!("5m")]);
+    }
+
+    #[test]
+    fn job_status_prefers_failed_then_terminating_then_suspended() {
+        let failed = json!({"status": {"conditions": [{"type": "Failed", "status": "True"}]}});
+        assert_eq!(row("Job", failed)[1], json!("Failed"));
+        let deleting = json!({"metadata": {"deletionTimestamp": "2024-05-01T11:00:00Z"},
+            "status": {"conditions": [{"type": "Suspended", "status": "True"}]}});
+        assert_eq!(row("Job", deleting)[1], json!("Terminating"));
+        let suspended = json!({"status": {"conditions": [
+            {"type": "Suspended", "status": "True"}, {"type": "Complete", "status": "False"}]}});
+        assert_eq!(row("Job", suspended)[1], json!("Suspended"));
+        let target =
+            json!({"status": {"conditions": [{"type": "FailureTarget", "status": "True"}]}});
+        assert_eq!(row("Job", target)[1], json!("FailureTarget"));
+    }
+
+    #[test]
+    fn a_job_that_never_started_has_an_empty_duration() {
+        let r = row("Job", json!({}));
+        assert_eq!(r[2..4], [json!("0/1"), json!("")]);
+        assert_eq!(r[7], json!("<none>"));
+    }
+
+    #[test]
+    fn cron_jobs_show_schedule_zone_suspend_active_and_last_run() {
+        let obj = json!({"metadata": {"name": "nightly"},
+            "spec": {"schedule": "0 3 * * *", "timeZone": "Etc/UTC", "suspend": false,
+                "jobTemplate": {"spec": {"template": {"spec": {
+                    "containers": [{"name": "backup", "image": "backup:1"}]}}}}},
+            "status": {"active": [{"name": "nightly-1"}], "lastScheduleTime": "2024-05-01T09:00:00Z"}});
+        assert_eq!(
+            row("CronJob", obj),
+            [
+                json!("nightly"),
+                json!("0 3 * * *"),
+                json!("Etc/UTC"),
+                json!("False"),
+                json!(1),
+                json!("3h"),
+                json!("<unknown>"),
+                json!("backup"),
+                json!("backup:1"),
+                json!("<none>")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bare_cron_job_shows_none_and_unset() {
+        let r = row("CronJob", json!({"spec": {"schedule": "* * * * *"}}));
+        assert_eq!(
+            r[2..6],
+            [json!("<none>"), json!("<unset>"), json!(0), json!("<none>")]
+        );
+    }
+}

@@ -1,0 +1,584 @@
+//! Core (v1) tables other than Pod, Event and the volume kinds: Namespace, Node, Service,
+//! Endpoints, ConfigMap, Secret, ServiceAccount, ResourceQuota, ReplicationController and
+//! PodTemplate. LimitRange has no upstream printer and falls back to the default table.
+
+use std::collections::BTreeSet;
+
+use jiff::Timestamp;
+use serde_json::Value;
+
+use super::format::{
+    age, age_col, arr, at, col, container_cells, format_labels, i, len_of, name, name_col, opt_i,
+    opt_s, quantity, s, wide, CONTAINERS_DESC, IMAGES_DESC,
+};
+use super::Column;
+
+pub fn columns(kind: &str) -> Option<Vec<Column>> {
+    let cols = match kind {
+        "Namespace" => vec![
+            name_col(),
+            col("Status", "string", "The namespace's lifecycle phase."),
+            age_col(),
+        ],
+        "Node" => vec![
+            name_col(),
+            col(
+                "Status",
+                "string",
+                "Whether the node is ready, and whether scheduling on it is disabled.",
+            ),
+            col(
+                "Roles",
+                "string",
+                "The roles named by the node's node-role.kubernetes.io labels.",
+            ),
+            age_col(),
+            col("Version", "string", "The kubelet version the node reports."),
+            wide("Internal-IP", "string", NODE_ADDR_DESC),
+            wide("External-IP", "string", NODE_ADDR_DESC),
+            wide(
+                "OS-Image",
+                "string",
+                "The OS image the node reports, from /etc/os-release.",
+            ),
+            wide(
+                "Kernel-Version",
+                "string",
+                "The kernel version the node reports (uname -r).",
+            ),
+            wide(
+                "Container-Runtime",
+                "string",
+                "The container runtime and version the node reports, e.g. containerd://1.7.0.",
+            ),
+        ],
+        "Service" => vec![
+            name_col(),
+            col(
+                "Type",
+                "string",
+                "How the service is exposed: ClusterIP (the default), NodePort, LoadBalancer or \
+                 ExternalName.",
+            ),
+            col(
+                "Cluster-IP",
+                "string",
+                "The service's IP address, usually assigned at random; \"None\" for headless \
+                 services.",
+            ),
+            col(
+                "External-IP",
+                "string",
+                "IP addresses, besides the cluster IP, on which nodes also accept traffic for \
+                 this service.",
+            ),
+            col("Port(s)", "string", "The ports this service exposes."),
+            age_col(),
+            wide(
+                "Selector",
+                "string",
+                "Pods whose labels match this selector receive the service's traffic; when \
+                 empty, endpoints are managed by something else.",
+            ),
+        ],
+        "Endpoints" => vec![
+            name_col(),
+            col(
+                "Endpoints",
+                "string",
+                "The endpoints: the union of every subset's addresses and ports.",
+            ),
+            age_col(),
+        ],
+        "ConfigMap" => vec![
+            name_col(),
+            col(
+                "Data",
+                "string",
+                "The number of configuration entries (data and binaryData).",
+            ),
+            age_col(),
+        ],
+        "Secret" => vec![
+            name_col(),
+            col(
+                "Type",
+                "string",
+                "The secret's type, which helps programs handle its data.",
+            ),
+            col("Data", "string", "The number of secret data entries."),
+            age_col(),
+        ],
+        "ServiceAccount" => vec![
+            name_col(),
+            col(
+                "Secrets",
+                "string",
+                "Secrets in the same namespace that pods using this service account may use.",
+            ),
+            age_col(),
+        ],
+        "ResourceQuota" => vec![
+            name_col(),
+            col(
+                "Request",
+                "string",
+                "Used/hard amounts of the quota's request-side resources (the least a container \
+                 may consume).",
+            ),
+            col(
+                "Limit",
+                "string",
+                "Used/hard amounts of the quota's limits (the most a container may use, whatever \
+                 the contention on the node).",
+            ),
+            age_col(),
+        ],
+        "ReplicationController" => vec![
+            name_col(),
+            col("Desired", "integer", "The desired number of replicas."),
+            col(
+                "Current",
+                "integer",
+                "The most recently observed number of replicas.",
+            ),
+            col("Ready", "integer", "How many replicas are ready."),
+            age_col(),
+            wide("Containers", "string", CONTAINERS_DESC),
+            wide("Images", "string", IMAGES_DESC),
+            wide(
+                "Selector",
+                "string",
+                "A label query over the pods this controller manages.",
+            ),
+        ],
+        "PodTemplate" => vec![
+            name_col(),
+            col("Containers", "string", CONTAINERS_DESC),
+            col("Images", "string", IMAGES_DESC),
+            col("Pod Labels", "string", "The labels of the pod template."),
+        ],
+        _ => return None,
+    };
+    Some(cols)
+}
+
+const NODE_ADDR_DESC: &str =
+    "Addresses the node can be reached at, as reported by the node or its cloud provider.";
+
+pub fn cells(kind: &str, obj: &Value, now: Timestamp) -> Option<Vec<Value>> {
+    let n = Value::from(name(obj));
+    let row = match kind {
+        "Namespace" => vec![n, s(obj, &["status", "phase"]).into(), age(obj, now)],
+        "Node" => node_cells(obj, n, now),
+        "Service" => vec![
+            n,
+            service_type(obj).into(),
+            cluster_ip(obj).into(),
+            external_ip(obj).into(),
+            service_ports(obj).into(),
+            age(obj, now),
+            format_labels(obj, &["spec", "selector"]).into(),
+        ],
+        "Endpoints" => vec![n, format_endpoints(obj).into(), age(obj, now)],
+        "ConfigMap" => {
+            let count = len_of(obj, &["data"]) + len_of(obj, &["binaryData"]);
+            vec![n, count.into(), age(obj, now)]
+        }
+        "Secret" => {
+            // The API defaults a missing type to Opaque.
+            vec![
+                n,
+                opt_s(obj, &["type"]).unwrap_or("Opaque").into(),
+                len_of(obj, &["data"]).into(),
+                age(obj, now),
+            ]
+        }
+        "ServiceAccount" => vec![n, len_of(obj, &["secrets"]).into(), age(obj, now)],
+        "ResourceQuota" => {
+            let (request, limit) = quota_columns(obj);
+            vec![n, request.into(), limit.into(), age(obj, now)]
+        }
+        "ReplicationController" => {
+            let (names, images) = container_cells(at(obj, &["spec", "template", "spec"]));
+            vec![
+                n,
+                opt_i(obj, &["spec", "replicas"]).unwrap_or(1).into(),
+                i(obj, &["status", "replicas"]).into(),
+                i(obj, &["status", "readyReplicas"]).into(),
+                age(obj, now),
+                names,
+                images,
+                format_labels(obj, &["spec", "selector"]).into(),
+            ]
+        }
+        "PodTemplate" => {
+            let (names, images) = container_cells(at(obj, &["template", "spec"]));
+            vec![
+                n,
+                names,
+                images,
+                format_labels(obj, &["template", "metadata", "labels"]).into(),
+            ]
+        }
+        _ => return None,
+    };
+    Some(row)
+}
+
+fn or_unknown(x: &str) -> Value {
+    if x.is_empty() { "<unknown>" } else { x }.into()
+}
+
+fn node_address(obj: &Value, kind: &str) -> Value {
+    arr(obj, &["status", "addresses"])
+        .iter()
+        .find(|a| s(a, &["type"]) == kind)
+        .map(|a| s(a, &["address"]))
+        .unwrap_or("<none>")
+        .into()
+}
+
+fn node_cells(obj: &Value, n: Value, now: Timestamp) -> Vec<Value> {
+    // Upstream keys conditions by type, so the last Ready condition wins.
+    let ready = arr(obj, &["status", "conditions"])
+        .iter()
+        .rev()
+        .find(|c| s(c, &["type"]) == "Ready")
+        .map(|c| {
+            if s(c, &["status"]) == "True" {
+                "Ready"
+            } else {
+                "NotReady"
+            }
+        });
+    let mut status = vec![ready.unwrap_or("Unknown")];
+    if at(obj, &["spec", "unschedulable"]).and_then(Value::as_bool) == Some(true) {
+        status.push("SchedulingDisabled");
+    }
+    let mut roles = BTreeSet::new();
+    if let Some(Value::Object(labels)) = at(obj, &["metadata", "labels"]) {
+        for (k, v) in labels {
+            if let Some(role) = k.strip_prefix("node-role.kubernetes.io/") {
+                if !role.is_empty() {
+                    roles.insert(role.to_string());
+                }
+            } else if k == "kubernetes.io/role" {
+                if let Some(role) = v.as_str().filter(|r| !r.is_empty()) {
+                    roles.insert(role.to_string());
+                }
+            }
+        }
+    }
+    let roles = if roles.is_empty() {
+        "<none>".to_string()
+    } else {
+        roles.into_iter().collect::<Vec<_>>().join(",")
+    };
+    let info = |field: &str| s(obj, &["status", "nodeInfo", field]);
+    vec![
+        n,
+        status.join(",").into(),
+        roles.into(),
+        age(obj, now),
+        info("kubeletVersion").into(),
+        node_address(obj, "InternalIP"),
+        node_address(obj, "ExternalIP"),
+        or_unknown(info("osImage")),
+        or_unknown(info("kernelVersion")),
+        or_unknown(info("containerRuntimeVersion")),
+    ]
+}
+
+/// The service type; the API defaults a missing one to ClusterIP.
+fn service_type(obj: &Value) -> &str {
+    opt_s(obj, &["spec", "type"]).unwrap_or("ClusterIP")
+}
+
+fn cluster_ip(obj: &Value) -> String {
+    let first = arr(obj, &["spec", "clusterIPs"])
+        .first()
+        .and_then(Value::as_str);
+    let ip = first.unwrap_or_else(|| s(obj, &["spec", "clusterIP"]));
+    if ip.is_empty() { "<none>" } else { ip }.to_string()
+}
+
+fn strings(list: &[Value]) -> Vec<String> {
+    list.iter()
+        .filter_map(Value::as_str)
+        .map(str::to_string)
+        .collect()
+}
+
+fn external_ip(obj: &Value) -> String {
+    let external = strings(arr(obj, &["spec", "externalIPs"]));
+    match service_type(obj) {
+        "ClusterIP" | "NodePort" if external.is_empty() => "<none>".to_string(),
+        "ClusterIP" | "NodePort" => external.join(","),
+        "LoadBalancer" => {
+            let lb = load_balancer_ingress(obj);
+            match (lb.is_empty(), external.is_empty()) {
+                (true, true) => "<pending>".to_string(),
+                (_, true) => lb.join(","),
+                _ => lb.into_iter().chain(external).collect::<Vec<_>>().join(","),
+            }
+        }
+        "ExternalName" => s(obj, &["spec", "externalName"]).to_string(),
+        _ => "<unknown>".to_string(),
+    }
+}
+
+/// Sorted, de-duplicated load-balancer ingress points (IP, else hostname).
+pub fn load_balancer_ingress(obj: &Value) -> Vec<String> {
+    let set: BTreeSet<String> = arr(obj, &["status", "loadBalancer", "ingress"])
+        .iter()
+        .map(|e| {
+            if s(e, &["ip"]).is_empty() {
+                s(e, &["hostname"])
+            } else {
+                s(e, &["ip"])
+            }
+        })
+        .filter(|x| !x.is_empty())
+        .map(str::to_string)
+        .collect();
+    set.into_iter().collect()
+}
+
+fn service_ports(obj: &Value) -> String {
+    let ports: Vec<String> = arr(obj, &["spec", "ports"])
+        .iter()
+        .map(|p| {
+            let proto = opt_s(p, &["protocol"]).unwrap_or("TCP");
+            match i(p, &["nodePort"]) {
+                np if np > 0 => format!("{}:{np}/{proto}", i(p, &["port"])),
+                _ => format!("{}/{proto}", i(p, &["port"])),
+            }
+        })
+        .collect();
+    if ports.is_empty() {
+        "<none>".to_string()
+    } else {
+        ports.join(",")
+    }
+}
+
+fn host_port(ip: &str, port: i64) -> String {
+    if ip.contains(':') {
+        format!("[{ip}]:{port}")
+    } else {
+        format!("{ip}:{port}")
+    }
+}
+
+fn format_endpoints(obj: &Value) -> String {
+    let subsets = arr(obj, &["subsets"]);
+    if subsets.is_empty() {
+        return "<none>".to_string();
+    }
+    let mut all = Vec::new();
+    for ss in subsets {
+        let ips: Vec<&str> = arr(ss, &["addresses"])
+            .iter()
+            .map(|a| s(a, &["ip"]))
+            .collect();
+        let ports = arr(ss, &["ports"]);
+        if ports.is_empty() {
+            all.extend(ips.iter().map(|ip| ip.to_string()));
+        }
+        for p in ports {
+            all.extend(ips.iter().map(|ip| host_port(ip, i(p, &["port"]))));
+        }
+    }
+    super::format::list_with_more(&all, 3, "")
+}
+
+fn quota_columns(obj: &Value) -> (String, String) {
+    let (mut request, mut limit) = (Vec::new(), Vec::new());
+    if let Some(Value::Object(hard)) = at(obj, &["status", "hard"]) {
+        let mut names: Vec<&String> = hard.keys().collect();
+        names.sort();
+        for res in names {
+            let hard_q = quantity(hard.get(res));
+            let used_q = quantity(at(obj, &["status", "used", res.as_str()]));
+            let text = format!("{res}: {used_q}/{hard_q}");
+            let mut pieces = res.split('.');
+            if pieces.next() == Some("limits") && pieces.next().is_some() {
+                limit.push(text);
+            } else {
+                request.push(text);
+            }
+        }
+    }
+    (request.join(", "), limit.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn now() -> Timestamp {
+        "2024-05-01T12:00:00Z".parse().unwrap()
+    }
+
+    fn row(kind: &str, obj: Value) -> Vec<Value> {
+        cells(kind, &obj, now()).unwrap()
+    }
+
+    const CREATED_3H: &str = "2024-05-01T09:00:00Z";
+
+    #[test]
+    fn namespaces_show_phase_and_age() {
+        let obj = json!({"metadata": {"name": "default", "creationTimestamp": CREATED_3H},
+                         "status": {"phase": "Active"}});
+        assert_eq!(
+            row("Namespace", obj),
+            [json!("default"), json!("Active"), json!("3h")]
+        );
+    }
+
+    #[test]
+    fn a_cordoned_control_plane_node_shows_roles_and_scheduling_disabled() {
+        let obj = json!({
+            "metadata": {"name": "n1", "creationTimestamp": CREATED_3H, "labels": {
+                "node-role.kubernetes.io/control-plane": "", "kubernetes.io/role": "etcd"}},
+            "spec": {"unschedulable": true},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                "addresses": [{"type": "InternalIP", "address": "10.1.0.1"}],
+                "nodeInfo": {"kubeletVersion": "v1.33.1", "osImage": "Debian",
+                             "kernelVersion": "6.1", "containerRuntimeVersion": "containerd://2.0"}}
+        });
+        assert_eq!(
+            row("Node", obj),
+            [
+                json!("n1"),
+                json!("Ready,SchedulingDisabled"),
+                json!("control-plane,etcd"),
+                json!("3h"),
+                json!("v1.33.1"),
+                json!("10.1.0.1"),
+                json!("<none>"),
+                json!("Debian"),
+                json!("6.1"),
+                json!("containerd://2.0")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bare_node_is_unknown_with_no_roles() {
+        let r = row(
+            "Node",
+            json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}}),
+        );
+        assert_eq!(r[1], json!("NotReady"));
+        let r = row("Node", json!({"metadata": {"name": "n"}}));
+        assert_eq!(r[1], json!("Unknown"));
+        assert_eq!(r[2], json!("<none>"));
+        assert_eq!(r[7], json!("<unknown>"));
+    }
+
+    #[test]
+    fn services_show_type_ips_ports_and_selector() {
+        let obj = json!({"metadata": {"name": "web", "creationTimestamp": CREATED_3H},
+            "spec": {"type": "NodePort", "clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10"],
+                "ports": [{"port": 80, "nodePort": 30080, "protocol": "TCP"}, {"port": 53, "protocol": "UDP"}],
+                "selector": {"app": "web"}}});
+        assert_eq!(
+            row("Service", obj),
+            [
+                json!("web"),
+                json!("NodePort"),
+                json!("10.96.0.10"),
+                json!("<none>"),
+                json!("80:30080/TCP,53/UDP"),
+                json!("3h"),
+                json!("app=web")
+            ]
+        );
+    }
+
+    #[test]
+    fn load_balancers_are_pending_until_they_get_an_ingress() {
+        let pending = json!({"spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}});
+        let r = row("Service", pending);
+        assert_eq!(r[3], json!("<pending>"));
+        assert_eq!(r[2], json!("<none>"));
+        assert_eq!(r[4], json!("80/TCP"));
+        let ready = json!({"spec": {"type": "LoadBalancer", "externalIPs": ["9.9.9.9"]},
+            "status": {"loadBalancer": {"ingress": [{"hostname": "lb.example"}, {"ip": "1.2.3.4"}]}}});
+        assert_eq!(
+            row("Service", ready)[3],
+            json!("1.2.3.4,lb.example,9.9.9.9")
+        );
+        let ext = json!({"spec": {"type": "ExternalName", "externalName": "db.example"}});
+        let r = row("Service", ext);
+        assert_eq!(r[3], json!("db.example"));
+        assert_eq!(r[4], json!("<none>"));
+        assert_eq!(r[6], json!("<none>"));
+    }
+
+    #[test]
+    fn endpoints_list_three_addresses_then_count_the_rest() {
+        let obj = json!({"subsets": [
+            {"addresses": [{"ip": "10.0.0.1"}, {"ip": "10.0.0.2"}], "ports": [{"port": 80}, {"port": 443}]},
+            {"addresses": [{"ip": "fd00::1"}]}]});
+        assert_eq!(
+            row("Endpoints", obj)[1],
+            json!("10.0.0.1:80,10.0.0.2:80,10.0.0.1:443 + 2 more...")
+        );
+        let v6 = json!({"subsets": [{"addresses": [{"ip": "fd00::1"}], "ports": [{"port": 80}]}]});
+        assert_eq!(row("Endpoints", v6)[1], json!("[fd00::1]:80"));
+        assert_eq!(row("Endpoints", json!({}))[1], json!("<none>"));
+    }
+
+    #[test]
+    fn config_maps_secrets_and_service_accounts_count_entries_as_numbers() {
+        let cm = json!({"data": {"a": "1"}, "binaryData": {"b": "AA=="}});
+        assert_eq!(row("ConfigMap", cm)[1], json!(2));
+        let secret = json!({"type": "Opaque", "data": {"a": "MQ=="}});
+        let r = row("Secret", secret);
+        assert_eq!((r[1].clone(), r[2].clone()), (json!("Opaque"), json!(1)));
+        assert_eq!(row("ServiceAccount", json!({}))[1], json!(0));
+        assert_eq!(row("Secret", json!({}))[1], json!("Opaque"));
+    }
+
+    #[test]
+    fn resource_quotas_split_requests_from_limits() {
+        let obj = json!({"status": {
+            "hard": {"pods": "10", "limits.cpu": "2", "requests.cpu": "1", "limits.memory": "1Gi"},
+            "used": {"pods": "3", "limits.cpu": "500m"}}});
+        let r = row("ResourceQuota", obj);
+        assert_eq!(r[1], json!("pods: 3/10, requests.cpu: 0/1"));
+        assert_eq!(r[2], json!("limits.cpu: 500m/2, limits.memory: 0/1Gi"));
+    }
+
+    #[test]
+    fn replication_controllers_show_integer_counts_and_wide_columns() {
+        let obj = json!({"metadata": {"name": "rc"},
+            "spec": {"replicas": 3, "selector": {"app": "x"},
+                "template": {"spec": {"containers": [{"name": "a", "image": "img:1"}, {"name": "b", "image": "img:2"}]}}},
+            "status": {"replicas": 3, "readyReplicas": 2}});
+        let r = row("ReplicationController", obj);
+        assert_eq!(r[1..4], [json!(3), json!(3), json!(2)]);
+        assert_eq!(r[5..], [json!("a,b"), json!("img:1,img:2"), json!("app=x")]);
+    }
+
+    #[test]
+    fn pod_templates_show_containers_images_and_labels() {
+        let obj = json!({"metadata": {"name": "t"}, "template": {
+            "metadata": {"labels": {"app": "x"}},
+            "spec": {"containers": [{"name": "c", "image": "nginx"}]}}});
+        assert_eq!(
+            row("PodTemplate", obj),
+            [json!("t"), json!("c"), json!("nginx"), json!("app=x")]
+        );
+    }
+
+    #[test]
+    fn limit_ranges_are_left_to_the_default_table() {
+        assert!(columns("LimitRange").is_none());
+        assert!(cells("LimitRange", &json!({}), now()).is_none());
+    }
+}

@@ -1,0 +1,233 @@
+//! Event tables. Upstream serves core/v1 and events.k8s.io/v1 Events from one internal type,
+//! so both print the same columns; the events.k8s.io field names are mapped here.
+
+use jiff::Timestamp;
+use serde_json::Value;
+
+use super::format::{at, col, i, name, name_col, opt_i, s, since, time_at, wide};
+use super::Column;
+
+pub fn columns(kind: &str) -> Option<Vec<Column>> {
+    if kind != "Event" {
+        return None;
+    }
+    Some(vec![
+        col(
+            "Last Seen",
+            "string",
+            "When the most recent occurrence of this event was recorded.",
+        ),
+        col(
+            "Type",
+            "string",
+            "The event's type, such as Normal or Warning.",
+        ),
+        col(
+            "Reason",
+            "string",
+            "A short, machine-readable reason for the transition into the object's current status.",
+        ),
+        col("Object", "string", "The object the event is about."),
+        wide(
+            "Subobject",
+            "string",
+            "The part of the object the event is about, as a field path such as \
+             spec.containers{name}.",
+        ),
+        wide(
+            "Source",
+            "string",
+            "The component, and host if any, that reported the event.",
+        ),
+        col(
+            "Message",
+            "string",
+            "A human-readable description of what happened.",
+        ),
+        wide("First Seen", "string", "When the event was first recorded."),
+        wide("Count", "string", "How many times the event has occurred."),
+        wide_name(),
+    ])
+}
+
+fn wide_name() -> Column {
+    Column {
+        priority: 1,
+        ..name_col()
+    }
+}
+
+/// Where each piece of an Event lives in its API version's JSON.
+struct Fields {
+    first: &'static str,
+    last: &'static str,
+    count: &'static str,
+    regarding: &'static str,
+    message: &'static str,
+    source: &'static str,
+}
+
+const CORE: Fields = Fields {
+    first: "firstTimestamp",
+    last: "lastTimestamp",
+    count: "count",
+    regarding: "involvedObject",
+    message: "message",
+    source: "source",
+};
+
+const EVENTS_V1: Fields = Fields {
+    first: "deprecatedFirstTimestamp",
+    last: "deprecatedLastTimestamp",
+    count: "deprecatedCount",
+    regarding: "regarding",
+    message: "note",
+    source: "deprecatedSource",
+};
+
+pub fn cells(group: &str, kind: &str, obj: &Value, now: Timestamp) -> Option<Vec<Value>> {
+    if kind != "Event" {
+        return None;
+    }
+    let f = if group == "events.k8s.io" {
+        &EVENTS_V1
+    } else {
+        &CORE
+    };
+
+    let first = match time_at(obj, &[f.first]) {
+        Some(t) => since(Some(t), now),
+        None => since(time_at(obj, &["eventTime"]), now),
+    };
+    let mut last = match time_at(obj, &[f.last]) {
+        Some(t) => since(Some(t), now),
+        None => first.clone(),
+    };
+    let mut count = i(obj, &[f.count]);
+    if let Some(series) = at(obj, &["series"]).filter(|v| v.is_object()) {
+        last = since(time_at(series, &["lastObservedTime"]), now);
+        count = opt_i(series, &["count"]).unwrap_or(0);
+    } else if count == 0 {
+        // Singleton events from the new API carry no count.
+        count = 1;
+    }
+
+    let kind_lower = s(obj, &[f.regarding, "kind"]).to_lowercase();
+    let target_name = s(obj, &[f.regarding, "name"]);
+    let target = if target_name.is_empty() {
+        kind_lower
+    } else {
+        format!("{kind_lower}/{target_name}")
+    };
+
+    Some(vec![
+        Value::from(last),
+        Value::from(s(obj, &["type"])),
+        Value::from(s(obj, &["reason"])),
+        Value::from(target),
+        Value::from(s(obj, &[f.regarding, "fieldPath"])),
+        Value::from(source(obj, f)),
+        Value::from(s(obj, &[f.message]).trim()),
+        Value::from(first),
+        Value::from(count),
+        Value::from(name(obj)),
+    ])
+}
+
+/// "component, host", falling back to the reporting controller and instance.
+fn source(obj: &Value, f: &Fields) -> String {
+    let pick = |a: &str, b: &str| {
+        if a.is_empty() {
+            b.to_string()
+        } else {
+            a.to_string()
+        }
+    };
+    let component = pick(
+        s(obj, &[f.source, "component"]),
+        s(obj, &["reportingController"]),
+    );
+    let host = pick(s(obj, &[f.source, "host"]), s(obj, &["reportingInstance"]));
+    if host.is_empty() {
+        component
+    } else {
+        format!("{component}, {host}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn now() -> Timestamp {
+        "2024-05-01T12:00:00Z".parse().unwrap()
+    }
+
+    #[test]
+    fn core_events_print_last_seen_object_and_wide_columns() {
+        let obj = json!({
+            "metadata": {"name": "web.17a"},
+            "involvedObject": {"kind": "Pod", "name": "web", "fieldPath": "spec.containers{c}"},
+            "reason": "Pulled", "type": "Normal", "message": "  Pulled image  \n",
+            "source": {"component": "kubelet", "host": "node1"},
+            "firstTimestamp": "2024-05-01T11:00:00Z", "lastTimestamp": "2024-05-01T11:58:00Z",
+            "count": 4
+        });
+        assert_eq!(
+            cells("", "Event", &obj, now()).unwrap(),
+            [
+                json!("2m"),
+                json!("Normal"),
+                json!("Pulled"),
+                json!("pod/web"),
+                json!("spec.containers{c}"),
+                json!("kubelet, node1"),
+                json!("Pulled image"),
+                json!("60m"),
+                json!(4),
+                json!("web.17a")
+            ]
+        );
+    }
+
+    #[test]
+    fn new_style_events_use_event_time_series_and_reporting_controller() {
+        let obj = json!({
+            "metadata": {"name": "e"},
+            "regarding": {"kind": "Node"},
+            "note": "rebooted", "reason": "Rebooted", "type": "Warning",
+            "reportingController": "kubelet",
+            "eventTime": "2024-05-01T11:59:00.000000Z",
+            "series": {"count": 7, "lastObservedTime": "2024-05-01T11:59:30.000000Z"}
+        });
+        let row = cells("events.k8s.io", "Event", &obj, now()).unwrap();
+        assert_eq!(row[0], json!("30s"));
+        assert_eq!(row[3], json!("node"));
+        assert_eq!(row[5], json!("kubelet"));
+        assert_eq!(row[6], json!("rebooted"));
+        assert_eq!(row[7], json!("60s"));
+        assert_eq!(row[8], json!(7));
+    }
+
+    #[test]
+    fn an_event_without_times_or_count_reads_unknown_and_one() {
+        let row = cells("", "Event", &json!({}), now()).unwrap();
+        assert_eq!(row[0], json!("<unknown>"));
+        assert_eq!(row[7], json!("<unknown>"));
+        assert_eq!(row[8], json!(1));
+    }
+
+    #[test]
+    fn event_columns_put_name_last_and_wide() {
+        let cols = columns("Event").unwrap();
+        let last = cols.last().unwrap();
+        assert_eq!((last.name, last.format, last.priority), ("Name", "name", 1));
+        let shown: Vec<_> = cols
+            .iter()
+            .filter(|c| c.priority == 0)
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(shown, ["Last Seen", "Type", "Reason", "Object", "Message"]);
+    }
+}

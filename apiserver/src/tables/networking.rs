@@ -1,0 +1,275 @@
+//! networking.k8s.io tables (Ingress, IngressClass, NetworkPolicy) and the
+//! discovery.k8s.io EndpointSlice table.
+
+use jiff::Timestamp;
+use serde_json::Value;
+
+use super::format::{
+    age, age_col, arr, at, col, format_selector, list_with_more, name, name_col, opt_i, opt_s, s,
+};
+use super::Column;
+
+pub fn columns(group: &str, kind: &str) -> Option<Vec<Column>> {
+    let cols = match (group, kind) {
+        ("networking.k8s.io", "Ingress") => vec![
+            name_col(),
+            col(
+                "Class",
+                "string",
+                "The IngressClass that configures this ingress.",
+            ),
+            col(
+                "Hosts",
+                "string",
+                "The hosts incoming requests are matched against.",
+            ),
+            col("Address", "string", "The load balancer's ingress points."),
+            col(
+                "Ports",
+                "string",
+                "The ports served: 80, plus 443 when TLS is configured.",
+            ),
+            age_col(),
+        ],
+        ("networking.k8s.io", "IngressClass") => vec![
+            name_col(),
+            col(
+                "Controller",
+                "string",
+                "The controller that implements this class.",
+            ),
+            col(
+                "Parameters",
+                "string",
+                "The resource that holds extra parameters for the controller.",
+            ),
+            age_col(),
+        ],
+        ("networking.k8s.io", "NetworkPolicy") => vec![
+            name_col(),
+            col(
+                "Pod-Selector",
+                "string",
+                "The pods this policy applies to; an empty selector means every pod in the \
+                 namespace.",
+            ),
+            age_col(),
+        ],
+        ("discovery.k8s.io", "EndpointSlice") => vec![
+            name_col(),
+            col(
+                "AddressType",
+                "string",
+                "The kind of address the slice carries: IPv4, IPv6 or FQDN.",
+            ),
+            col(
+                "Ports",
+                "string",
+                "The network ports each endpoint in the slice exposes.",
+            ),
+            col(
+                "Endpoints",
+                "string",
+                "The addresses of the endpoints in the slice.",
+            ),
+            age_col(),
+        ],
+        _ => return None,
+    };
+    Some(cols)
+}
+
+pub fn cells(group: &str, kind: &str, obj: &Value, now: Timestamp) -> Option<Vec<Value>> {
+    let n = Value::from(name(obj));
+    let row = match (group, kind) {
+        ("networking.k8s.io", "Ingress") => {
+            let tls = !arr(obj, &["spec", "tls"]).is_empty();
+            vec![
+                n,
+                opt_s(obj, &["spec", "ingressClassName"])
+                    .unwrap_or("<none>")
+                    .into(),
+                ingress_hosts(arr(obj, &["spec", "rules"])).into(),
+                super::core::load_balancer_ingress(obj).join(",").into(),
+                if tls { "80, 443" } else { "80" }.into(),
+                age(obj, now),
+            ]
+        }
+        ("networking.k8s.io", "IngressClass") => {
+            let params = match at(obj, &["spec", "parameters"]).filter(|p| p.is_object()) {
+                None => "<none>".to_string(),
+                Some(p) => {
+                    let group = opt_s(p, &["apiGroup"])
+                        .map(|g| format!(".{g}"))
+                        .unwrap_or_default();
+                    format!("{}{group}/{}", s(p, &["kind"]), s(p, &["name"]))
+                }
+            };
+            vec![
+                n,
+                s(obj, &["spec", "controller"]).into(),
+                params.into(),
+                age(obj, now),
+            ]
+        }
+        ("networking.k8s.io", "NetworkPolicy") => {
+            vec![
+                n,
+                format_selector(obj, &["spec", "podSelector"]).into(),
+                age(obj, now),
+            ]
+        }
+        ("discovery.k8s.io", "EndpointSlice") => {
+            let ports: Vec<String> = arr(obj, &["ports"])
+                .iter()
+                .map(|p| match (opt_i(p, &["port"]), opt_s(p, &["name"])) {
+                    (Some(num), _) => num.to_string(),
+                    (None, Some(port_name)) => port_name.to_string(),
+                    (None, None) => "*".to_string(),
+                })
+                .collect();
+            let addresses: Vec<String> = arr(obj, &["endpoints"])
+                .iter()
+                .flat_map(|e| arr(e, &["addresses"]))
+                .map(|a| a.as_str().unwrap_or("").to_string())
+                .collect();
+            vec![
+                n,
+                s(obj, &["addressType"]).into(),
+                list_with_more(&ports, 3, "<unset>").into(),
+                list_with_more(&addresses, 3, "<unset>").into(),
+                age(obj, now),
+            ]
+        }
+        _ => return None,
+    };
+    Some(row)
+}
+
+/// Up to three rule hosts; "+ N more..." counts every rule past the third; "*" when none.
+fn ingress_hosts(rules: &[Value]) -> String {
+    const MAX: usize = 3;
+    let mut hosts = Vec::new();
+    let mut more = false;
+    for rule in rules {
+        if hosts.len() == MAX {
+            more = true;
+        }
+        let host = s(rule, &["host"]);
+        if !more && !host.is_empty() {
+            hosts.push(host);
+        }
+    }
+    if hosts.is_empty() {
+        return "*".to_string();
+    }
+    let shown = hosts.join(",");
+    if more {
+        format!("{shown} + {} more...", rules.len() - MAX)
+    } else {
+        shown
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn now() -> Timestamp {
+        "2024-05-01T12:00:00Z".parse().unwrap()
+    }
+
+    fn row(group: &str, kind: &str, obj: Value) -> Vec<Value> {
+        cells(group, kind, &obj, now()).unwrap()
+    }
+
+    #[test]
+    fn ingresses_show_class_hosts_address_and_ports() {
+        let obj = json!({"metadata": {"name": "web", "creationTimestamp": "2024-04-29T12:00:00Z"},
+            "spec": {"ingressClassName": "nginx", "tls": [{"hosts": ["a.example"]}],
+                "rules": [{"host": "a.example"}, {"host": "b.example"}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}}});
+        assert_eq!(
+            row("networking.k8s.io", "Ingress", obj),
+            [
+                json!("web"),
+                json!("nginx"),
+                json!("a.example,b.example"),
+                json!("192.0.2.1"),
+                json!("80, 443"),
+                json!("2d")
+            ]
+        );
+    }
+
+    #[test]
+    fn an_ingress_without_class_rules_or_address() {
+        let r = row(
+            "networking.k8s.io",
+            "Ingress",
+            json!({"spec": {"rules": [{}]}}),
+        );
+        assert_eq!(
+            r[1..5],
+            [json!("<none>"), json!("*"), json!(""), json!("80")]
+        );
+    }
+
+    #[test]
+    fn many_ingress_hosts_are_cut_at_three() {
+        let rules: Vec<Value> = ["a", "b", "", "c", "d"]
+            .iter()
+            .map(|h| json!({"host": h}))
+            .collect();
+        assert_eq!(ingress_hosts(&rules), "a,b,c + 2 more...");
+    }
+
+    #[test]
+    fn ingress_classes_show_controller_and_parameters() {
+        let obj = json!({"spec": {"controller": "k8s.io/ingress-nginx",
+            "parameters": {"apiGroup": "k8s.example.com", "kind": "IngressParameters", "name": "p"}}});
+        let r = row("networking.k8s.io", "IngressClass", obj);
+        assert_eq!(
+            r[1..3],
+            [
+                json!("k8s.io/ingress-nginx"),
+                json!("IngressParameters.k8s.example.com/p")
+            ]
+        );
+        let bare = row("networking.k8s.io", "IngressClass", json!({}));
+        assert_eq!(bare[2], json!("<none>"));
+    }
+
+    #[test]
+    fn network_policies_show_the_pod_selector() {
+        let obj = json!({"spec": {"podSelector": {"matchLabels": {"role": "db"}}}});
+        assert_eq!(
+            row("networking.k8s.io", "NetworkPolicy", obj)[1],
+            json!("role=db")
+        );
+        let all = json!({"spec": {"podSelector": {}}});
+        assert_eq!(
+            row("networking.k8s.io", "NetworkPolicy", all)[1],
+            json!("<none>")
+        );
+    }
+
+    #[test]
+    fn endpoint_slices_show_ports_and_addresses_with_limits() {
+        let obj = json!({"addressType": "IPv4",
+            "ports": [{"port": 80}, {"name": "metrics"}, {}, {"port": 9}],
+            "endpoints": [{"addresses": ["10.0.0.1"]}, {"addresses": ["10.0.0.2"]}]});
+        let r = row("discovery.k8s.io", "EndpointSlice", obj);
+        assert_eq!(
+            r[1..4],
+            [
+                json!("IPv4"),
+                json!("80,metrics,* + 1 more..."),
+                json!("10.0.0.1,10.0.0.2")
+            ]
+        );
+        let empty = row("discovery.k8s.io", "EndpointSlice", json!({}));
+        assert_eq!(empty[2..4], [json!("<unset>"), json!("<unset>")]);
+    }
+}
