@@ -130,7 +130,11 @@ pub async fn server(args: ServerArgs) -> Result<()> {
 pub fn kubeconfig(args: KubeconfigArgs) -> Result<()> {
     let path = args.data_dir.join("kubeconfig.yaml");
     let text = std::fs::read_to_string(&path).with_context(|| {
-        format!("reading {} (has `rudder server --data-dir {}` run?)", path.display(), args.data_dir.display())
+        format!(
+            "reading {} (has `rudder server --data-dir {}` run?)",
+            path.display(),
+            args.data_dir.display()
+        )
     })?;
     print!("{text}");
     Ok(())

@@ -8,7 +8,8 @@ use serde_json::Value;
 use crate::{Attributes, Denied, Operation, Validating};
 
 /// The namespaces that may never be deleted.
-pub const IMMORTAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
+pub const IMMORTAL_NAMESPACES: &[&str] =
+    &["default", "kube-system", "kube-public", "kube-node-lease"];
 
 /// A namespace as the plugin needs to know it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,7 +127,10 @@ mod tests {
         assert!(denied.message.contains("because it is being terminated"));
         let mut event = attributes(Operation::Create);
         event.resource = "events".into();
-        plugin.validate(&event, None, None).await.expect("events pass");
+        plugin
+            .validate(&event, None, None)
+            .await
+            .expect("events pass");
         plugin
             .validate(&attributes(Operation::Update), None, None)
             .await
@@ -142,7 +146,11 @@ mod tests {
             delete.namespace = None;
             delete.name = (*name).to_string();
             assert_eq!(
-                plugin.validate(&delete, None, None).await.err().map(|d| d.code),
+                plugin
+                    .validate(&delete, None, None)
+                    .await
+                    .err()
+                    .map(|d| d.code),
                 Some(403)
             );
         }
@@ -150,6 +158,9 @@ mod tests {
         delete.resource = "namespaces".into();
         delete.namespace = None;
         delete.name = "scratch".into();
-        plugin.validate(&delete, None, None).await.expect("ordinary namespaces go");
+        plugin
+            .validate(&delete, None, None)
+            .await
+            .expect("ordinary namespaces go");
     }
 }

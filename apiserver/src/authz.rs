@@ -24,8 +24,12 @@ pub struct Attributes {
 /// An authorizer's answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
-    Allow { reason: String },
-    Deny { reason: String },
+    Allow {
+        reason: String,
+    },
+    Deny {
+        reason: String,
+    },
     /// No opinion; the next authorizer decides (the last one's silence is a denial).
     NoOpinion,
 }
@@ -77,33 +81,39 @@ pub fn forbidden_message(attributes: &Attributes, reason: &str) -> String {
 }
 
 /// Answers a SelfSubjectAccessReview body for the calling user: the review with its status.
-pub fn review_self(authorizer: &dyn Authorizer, user: &str, groups: &[String], review: &Value) -> Value {
+pub fn review_self(
+    authorizer: &dyn Authorizer,
+    user: &str,
+    groups: &[String],
+    review: &Value,
+) -> Value {
     let spec = &review["spec"];
     let text = |value: &Value| value.as_str().unwrap_or("").to_string();
-    let attributes = if let Some(resource) = spec.get("resourceAttributes").filter(|v| v.is_object()) {
-        Attributes {
-            user: user.to_string(),
-            groups: groups.to_vec(),
-            verb: text(&resource["verb"]),
-            resource_request: true,
-            group: text(&resource["group"]),
-            version: text(&resource["version"]),
-            resource: text(&resource["resource"]),
-            subresource: text(&resource["subresource"]),
-            namespace: text(&resource["namespace"]),
-            name: text(&resource["name"]),
-            path: String::new(),
-        }
-    } else {
-        let non_resource = &spec["nonResourceAttributes"];
-        Attributes {
-            user: user.to_string(),
-            groups: groups.to_vec(),
-            verb: text(&non_resource["verb"]),
-            path: text(&non_resource["path"]),
-            ..Attributes::default()
-        }
-    };
+    let attributes =
+        if let Some(resource) = spec.get("resourceAttributes").filter(|v| v.is_object()) {
+            Attributes {
+                user: user.to_string(),
+                groups: groups.to_vec(),
+                verb: text(&resource["verb"]),
+                resource_request: true,
+                group: text(&resource["group"]),
+                version: text(&resource["version"]),
+                resource: text(&resource["resource"]),
+                subresource: text(&resource["subresource"]),
+                namespace: text(&resource["namespace"]),
+                name: text(&resource["name"]),
+                path: String::new(),
+            }
+        } else {
+            let non_resource = &spec["nonResourceAttributes"];
+            Attributes {
+                user: user.to_string(),
+                groups: groups.to_vec(),
+                verb: text(&non_resource["verb"]),
+                path: text(&non_resource["path"]),
+                ..Attributes::default()
+            }
+        };
     let status = match authorizer.authorize(&attributes) {
         Decision::Allow { reason } => json!({"allowed": true, "reason": reason}),
         Decision::Deny { reason } => json!({"allowed": false, "denied": true, "reason": reason}),
@@ -128,9 +138,13 @@ mod tests {
     impl Authorizer for DenySecrets {
         fn authorize(&self, attributes: &Attributes) -> Decision {
             if attributes.resource == "secrets" {
-                Decision::Deny { reason: "no secrets".into() }
+                Decision::Deny {
+                    reason: "no secrets".into(),
+                }
             } else {
-                Decision::Allow { reason: String::new() }
+                Decision::Allow {
+                    reason: String::new(),
+                }
             }
         }
     }
@@ -138,8 +152,12 @@ mod tests {
     #[test]
     fn reviews_are_answered_by_the_authorizer() {
         let review = json!({"spec": {"resourceAttributes": {"namespace": "default", "verb": "create", "resource": "pods"}}});
-        assert_eq!(review_self(&AlwaysAllow, "admin", &[], &review)["status"]["allowed"], true);
-        let review = json!({"spec": {"resourceAttributes": {"verb": "get", "resource": "secrets"}}});
+        assert_eq!(
+            review_self(&AlwaysAllow, "admin", &[], &review)["status"]["allowed"],
+            true
+        );
+        let review =
+            json!({"spec": {"resourceAttributes": {"verb": "get", "resource": "secrets"}}});
         let answer = review_self(&DenySecrets, "bob", &[], &review);
         assert_eq!(answer["status"]["allowed"], false);
         assert_eq!(answer["status"]["reason"], "no secrets");

@@ -300,7 +300,9 @@ mod tests {
         for (index, info) in stored.iter().enumerate() {
             for other in &stored[index + 1..] {
                 assert!(
-                    !other.storage_prefix.starts_with(&format!("{}/", info.storage_prefix))
+                    !other
+                        .storage_prefix
+                        .starts_with(&format!("{}/", info.storage_prefix))
                         && info.storage_prefix != other.storage_prefix,
                     "{} and {} overlap",
                     info.storage_prefix,

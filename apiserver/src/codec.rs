@@ -344,7 +344,10 @@ mod tests {
     #[test]
     fn metadata_only_views_are_recognised() {
         let accept = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
-        assert_eq!(negotiate(Some(accept)).expect("ok"), Output::Metadata(Format::Json));
+        assert_eq!(
+            negotiate(Some(accept)).expect("ok"),
+            Output::Metadata(Format::Json)
+        );
     }
 
     #[test]
@@ -384,7 +387,13 @@ mod tests {
 
     #[test]
     fn unsupported_content_types_are_415() {
-        assert_eq!(body_format(Some("text/plain")).err().map(|e| e.code), Some(415));
-        assert_eq!(body_format(Some("application/json; charset=utf-8")).ok(), Some(Format::Json));
+        assert_eq!(
+            body_format(Some("text/plain")).err().map(|e| e.code),
+            Some(415)
+        );
+        assert_eq!(
+            body_format(Some("application/json; charset=utf-8")).ok(),
+            Some(Format::Json)
+        );
     }
 }

@@ -97,7 +97,11 @@ impl ApiError {
     pub fn not_found(info: &ResourceInfo, name: &str) -> Self {
         Self {
             details: object_details(info, name),
-            ..Self::new(404, "NotFound", format!("{} \"{name}\" not found", qualified(info)))
+            ..Self::new(
+                404,
+                "NotFound",
+                format!("{} \"{name}\" not found", qualified(info)),
+            )
         }
     }
 
@@ -114,7 +118,11 @@ impl ApiError {
 
     /// A path that names no resource we serve.
     pub fn path_not_found() -> Self {
-        Self::new(404, "NotFound", "the server could not find the requested resource")
+        Self::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
     }
 
     pub fn method_not_allowed(message: impl Into<String>) -> Self {
@@ -143,7 +151,10 @@ impl ApiError {
             ..Self::new(
                 409,
                 "Conflict",
-                format!("Operation cannot be fulfilled on {} \"{name}\": {why}", qualified(info)),
+                format!(
+                    "Operation cannot be fulfilled on {} \"{name}\": {why}",
+                    qualified(info)
+                ),
             )
         }
     }
@@ -284,7 +295,9 @@ impl IntoResponse for ApiError {
             .into_response();
         if let Some(retry) = self.details.as_ref().and_then(|d| d.retry_after_seconds) {
             if let Ok(value) = http::HeaderValue::from_str(&retry.to_string()) {
-                response.headers_mut().insert(http::header::RETRY_AFTER, value);
+                response
+                    .headers_mut()
+                    .insert(http::header::RETRY_AFTER, value);
             }
         }
         response

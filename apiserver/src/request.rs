@@ -49,11 +49,16 @@ pub struct RequestInfo {
 #[derive(Debug)]
 pub enum ApiPath {
     /// `/api` or `/apis`.
-    Root { legacy: bool },
+    Root {
+        legacy: bool,
+    },
     /// `/apis/<group>`.
     Group(String),
     /// `/api/v1` or `/apis/<group>/<version>`.
-    GroupVersion { group: String, version: String },
+    GroupVersion {
+        group: String,
+        version: String,
+    },
     Resource(RequestInfo),
 }
 
@@ -85,8 +90,8 @@ pub fn parse_path(method: &http::Method, path: &str, query: &Query) -> Result<Ap
     }
     let mut namespace = None;
     if rest.len() >= 2 && rest[0] == "namespaces" {
-        let is_namespace_itself = rest.len() == 2
-            || (rest.len() == 3 && matches!(rest[2], "status" | "finalize"));
+        let is_namespace_itself =
+            rest.len() == 2 || (rest.len() == 3 && matches!(rest[2], "status" | "finalize"));
         if !is_namespace_itself {
             namespace = Some(rest[1].to_string());
             rest.drain(..2);
@@ -148,7 +153,10 @@ impl Query {
     pub fn parse(raw: Option<&str>) -> Self {
         let mut values: HashMap<String, Vec<String>> = HashMap::new();
         for (key, value) in form_urlencoded::parse(raw.unwrap_or("").as_bytes()) {
-            values.entry(key.into_owned()).or_default().push(value.into_owned());
+            values
+                .entry(key.into_owned())
+                .or_default()
+                .push(value.into_owned());
         }
         Self { values }
     }
@@ -184,7 +192,9 @@ impl Query {
         match self.get(key) {
             None | Some("") => Ok(None),
             Some(text) => text.parse::<i64>().map(Some).map_err(|_| {
-                ApiError::bad_request(format!("invalid value for {key}: {text:?} is not an integer"))
+                ApiError::bad_request(format!(
+                    "invalid value for {key}: {text:?} is not an integer"
+                ))
             }),
         }
     }
@@ -347,7 +357,11 @@ mod tests {
 
     #[test]
     fn namespaced_paths_split_into_namespace_name_and_subresource() {
-        let info = resource("PUT", "/apis/apps/v1/namespaces/ns/deployments/web/scale", "");
+        let info = resource(
+            "PUT",
+            "/apis/apps/v1/namespaces/ns/deployments/web/scale",
+            "",
+        );
         assert_eq!(info.verb, Verb::Update);
         assert_eq!(info.resource.plural, "deployments");
         assert_eq!(info.namespace.as_deref(), Some("ns"));
@@ -367,10 +381,22 @@ mod tests {
 
     #[test]
     fn watch_comes_from_the_query_or_the_legacy_prefix() {
-        assert_eq!(resource("GET", "/api/v1/pods", "watch=true").verb, Verb::Watch);
-        assert_eq!(resource("GET", "/api/v1/watch/namespaces/a/pods", "").verb, Verb::Watch);
-        assert_eq!(resource("GET", "/api/v1/pods", "watch=false").verb, Verb::List);
-        assert_eq!(resource("DELETE", "/api/v1/namespaces/a/pods", "").verb, Verb::DeleteCollection);
+        assert_eq!(
+            resource("GET", "/api/v1/pods", "watch=true").verb,
+            Verb::Watch
+        );
+        assert_eq!(
+            resource("GET", "/api/v1/watch/namespaces/a/pods", "").verb,
+            Verb::Watch
+        );
+        assert_eq!(
+            resource("GET", "/api/v1/pods", "watch=false").verb,
+            Verb::List
+        );
+        assert_eq!(
+            resource("DELETE", "/api/v1/namespaces/a/pods", "").verb,
+            Verb::DeleteCollection
+        );
     }
 
     #[test]

@@ -82,9 +82,18 @@ fn parse_port_range(text: &str) -> Result<std::ops::RangeInclusive<u16>> {
     let (low, high) = text
         .split_once('-')
         .with_context(|| format!("--service-node-port-range {text:?}: expected LOW-HIGH"))?;
-    let low: u16 = low.trim().parse().with_context(|| format!("bad port {low:?}"))?;
-    let high: u16 = high.trim().parse().with_context(|| format!("bad port {high:?}"))?;
-    anyhow::ensure!(low <= high, "--service-node-port-range {text:?}: LOW exceeds HIGH");
+    let low: u16 = low
+        .trim()
+        .parse()
+        .with_context(|| format!("bad port {low:?}"))?;
+    let high: u16 = high
+        .trim()
+        .parse()
+        .with_context(|| format!("bad port {high:?}"))?;
+    anyhow::ensure!(
+        low <= high,
+        "--service-node-port-range {text:?}: LOW exceeds HIGH"
+    );
     Ok(low..=high)
 }
 
@@ -111,11 +120,18 @@ pub async fn start(config: Config) -> Result<Running> {
         .with_context(|| format!("opening storage {}", redact(&config.storage_url)))?;
     let allocators = Allocators::new(storage.clone(), cidr, node_ports);
     let first_service_ip = allocators.first_service_ip();
-    let pki = Pki::load_or_create(&config.data_dir, &config.tls_sans, &[IpAddr::V4(first_service_ip)])
-        .context("loading the cluster PKI")?;
+    let pki = Pki::load_or_create(
+        &config.data_dir,
+        &config.tls_sans,
+        &[IpAddr::V4(first_service_ip)],
+    )
+    .context("loading the cluster PKI")?;
     let tls = pki.server_config().context("TLS configuration")?;
     let tokens = match &config.token_auth_file {
-        Some(path) => Some(TokenFile::load(path).with_context(|| format!("--token-auth-file {}", path.display()))?),
+        Some(path) => Some(
+            TokenFile::load(path)
+                .with_context(|| format!("--token-auth-file {}", path.display()))?,
+        ),
         None => None,
     };
     let listener = TcpListener::bind(config.listen)
@@ -140,7 +156,11 @@ pub async fn start(config: Config) -> Result<Running> {
         .map_err(|error| anyhow::anyhow!("bootstrapping the cluster: {error}"))?;
     state.mark_bootstrapped();
 
-    let host = if addr.ip().is_unspecified() { IpAddr::V4(Ipv4Addr::LOCALHOST) } else { addr.ip() };
+    let host = if addr.ip().is_unspecified() {
+        IpAddr::V4(Ipv4Addr::LOCALHOST)
+    } else {
+        addr.ip()
+    };
     let server_url = format!("https://{}", SocketAddr::new(host, addr.port()));
     let kubeconfig = config.data_dir.join("kubeconfig.yaml");
     pki::write_private_file(&kubeconfig, &pki::admin_kubeconfig(&pki, &server_url))
@@ -150,7 +170,14 @@ pub async fn start(config: Config) -> Result<Running> {
     let app = router(state);
     let task = tokio::spawn(crate::tls::serve(listener, tls, app, shutdown.clone()));
     tracing::info!(%addr, url = %server_url, kubeconfig = %kubeconfig.display(), "apiserver listening");
-    Ok(Running { addr, kubeconfig, pki, shutdown, task, storage })
+    Ok(Running {
+        addr,
+        kubeconfig,
+        pki,
+        shutdown,
+        task,
+        storage,
+    })
 }
 
 /// A storage URL without its password, for logs and errors.

@@ -43,7 +43,10 @@ fn json_response(content_type: String, body: &Value) -> Response {
 
 fn legacy_resource_entries(group: &str, version: &str) -> Vec<Value> {
     let mut entries = Vec::new();
-    for info in RESOURCES.iter().filter(|info| info.group == group && info.version == version) {
+    for info in RESOURCES
+        .iter()
+        .filter(|info| info.group == group && info.version == version)
+    {
         let mut entry = json!({
             "name": info.plural,
             "singularName": info.singular,
@@ -216,17 +219,29 @@ mod tests {
         let list = aggregated_list(true, "v2");
         let items = list["items"].as_array().expect("items");
         assert_eq!(items.len(), 1);
-        let resources = items[0]["versions"][0]["resources"].as_array().expect("resources");
-        let pods = resources.iter().find(|r| r["resource"] == "pods").expect("pods");
+        let resources = items[0]["versions"][0]["resources"]
+            .as_array()
+            .expect("resources");
+        let pods = resources
+            .iter()
+            .find(|r| r["resource"] == "pods")
+            .expect("pods");
         assert_eq!(pods["shortNames"], json!(["po"]));
         assert_eq!(pods["categories"], json!(["all"]));
-        assert!(pods["subresources"].as_array().expect("subs").iter().any(|s| s["subresource"] == "status"));
+        assert!(pods["subresources"]
+            .as_array()
+            .expect("subs")
+            .iter()
+            .any(|s| s["subresource"] == "status"));
     }
 
     #[test]
     fn legacy_lists_name_subresources_with_a_slash() {
         let entries = legacy_resource_entries("apps", "v1");
-        let scale = entries.iter().find(|e| e["name"] == "deployments/scale").expect("scale");
+        let scale = entries
+            .iter()
+            .find(|e| e["name"] == "deployments/scale")
+            .expect("scale");
         assert_eq!(scale["kind"], "Scale");
         assert_eq!(scale["group"], "autoscaling");
     }

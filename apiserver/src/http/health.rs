@@ -114,7 +114,11 @@ async fn report(health: &Health, endpoint: Endpoint, query: &Query) -> Response 
     let name = endpoint.name();
     if failed {
         lines.push(format!("{name} check failed"));
-        return (StatusCode::INTERNAL_SERVER_ERROR, text(lines.join("\n") + "\n")).into_response();
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            text(lines.join("\n") + "\n"),
+        )
+            .into_response();
     }
     if verbose {
         lines.push(format!("{name} check passed"));
@@ -127,7 +131,10 @@ fn text(body: String) -> impl IntoResponse {
     (
         [
             (http::header::CONTENT_TYPE, "text/plain; charset=utf-8"),
-            (http::header::HeaderName::from_static("x-content-type-options"), "nosniff"),
+            (
+                http::header::HeaderName::from_static("x-content-type-options"),
+                "nosniff",
+            ),
         ],
         body,
     )
@@ -148,15 +155,30 @@ async fn report_one(health: &Health, endpoint: Endpoint, check: &str) -> Respons
 }
 
 pub async fn healthz(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
-    report(&state.health, Endpoint::Healthz, &Query::parse(query.as_deref())).await
+    report(
+        &state.health,
+        Endpoint::Healthz,
+        &Query::parse(query.as_deref()),
+    )
+    .await
 }
 
 pub async fn livez(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
-    report(&state.health, Endpoint::Livez, &Query::parse(query.as_deref())).await
+    report(
+        &state.health,
+        Endpoint::Livez,
+        &Query::parse(query.as_deref()),
+    )
+    .await
 }
 
 pub async fn readyz(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
-    report(&state.health, Endpoint::Readyz, &Query::parse(query.as_deref())).await
+    report(
+        &state.health,
+        Endpoint::Readyz,
+        &Query::parse(query.as_deref()),
+    )
+    .await
 }
 
 pub async fn healthz_one(State(state): State<AppState>, Path(check): Path<String>) -> Response {

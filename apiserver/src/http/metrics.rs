@@ -134,7 +134,10 @@ impl Metrics {
 
 pub async fn handler(State(state): State<AppState>) -> Response {
     (
-        [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         state.metrics.encode(),
     )
         .into_response()
@@ -161,6 +164,9 @@ mod tests {
             text.contains("apiserver_request_total{code=\"200\",component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"pods\",scope=\"namespace\",subresource=\"\",verb=\"LIST\",version=\"v1\"} 2"),
             "{text}"
         );
-        assert!(text.contains("apiserver_request_duration_seconds_bucket{"), "{text}");
+        assert!(
+            text.contains("apiserver_request_duration_seconds_bucket{"),
+            "{text}"
+        );
     }
 }

@@ -87,7 +87,10 @@ pub fn router(state: AppState) -> Router {
         .route("/apis", axum::routing::any(resources::handle))
         .route("/apis/{*rest}", axum::routing::any(resources::handle))
         .fallback(not_found)
-        .layer(axum::middleware::from_fn_with_state(state.clone(), authenticate))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            authenticate,
+        ))
         .layer(axum::middleware::from_fn_with_state(state.clone(), observe))
         .with_state(state)
 }
@@ -118,9 +121,10 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
         .get(http::header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
         .map(str::to_string);
-    let user = state
-        .authenticator
-        .authenticate(certificates.as_deref().map(Vec::as_slice), authorization.as_deref());
+    let user = state.authenticator.authenticate(
+        certificates.as_deref().map(Vec::as_slice),
+        authorization.as_deref(),
+    );
     match user {
         Ok(Some(user)) => {
             tracing::Span::current().record("user", user.name.as_str());

@@ -53,10 +53,11 @@ pub async fn handle(State(state): State<AppState>, request: Request) -> Response
             if let Some(namespace) = &info.namespace {
                 span.record("namespace", namespace.as_str());
             }
-            let mut response = match resource(&state, &caller, &info, &query, &parts.headers, body).await {
-                Ok(response) => response,
-                Err(error) => error.into_response(),
-            };
+            let mut response =
+                match resource(&state, &caller, &info, &query, &parts.headers, body).await {
+                    Ok(response) => response,
+                    Err(error) => error.into_response(),
+                };
             response.extensions_mut().insert(labels);
             response
         }
@@ -108,12 +109,14 @@ fn authorize(state: &AppState, caller: &crate::authn::UserInfo, info: &RequestIn
     };
     match state.authorizer.authorize(&attributes) {
         Decision::Allow { .. } => Ok(()),
-        Decision::Deny { reason } => {
-            Err(ApiError::forbidden(denied(info, &authz::forbidden_message(&attributes, &reason))))
-        }
-        Decision::NoOpinion => {
-            Err(ApiError::forbidden(denied(info, &authz::forbidden_message(&attributes, ""))))
-        }
+        Decision::Deny { reason } => Err(ApiError::forbidden(denied(
+            info,
+            &authz::forbidden_message(&attributes, &reason),
+        ))),
+        Decision::NoOpinion => Err(ApiError::forbidden(denied(
+            info,
+            &authz::forbidden_message(&attributes, ""),
+        ))),
     }
 }
 
@@ -128,7 +131,12 @@ fn denied(info: &RequestInfo, message: &str) -> String {
 async fn read_body(body: Body) -> Result<bytes::Bytes> {
     to_bytes(body, codec::MAX_BODY_BYTES + 1)
         .await
-        .map_err(|_| ApiError::too_large(format!("Request entity too large: limit is {}", codec::MAX_BODY_BYTES)))
+        .map_err(|_| {
+            ApiError::too_large(format!(
+                "Request entity too large: limit is {}",
+                codec::MAX_BODY_BYTES
+            ))
+        })
 }
 
 fn decode_input(headers: &HeaderMap, bytes: &[u8]) -> Result<registry::Input> {
@@ -182,7 +190,14 @@ async fn resource(
                 Some("scale") => registry.get_scale(resource, namespace, name).await?,
                 _ => registry.get(resource, namespace, name).await?,
             };
-            Ok(respond::object(resource, output, include, StatusCode::OK, &object, &[]))
+            Ok(respond::object(
+                resource,
+                output,
+                include,
+                StatusCode::OK,
+                &object,
+                &[],
+            ))
         }
         Verb::List => {
             let options = ListOptions::from_query(query)?;
@@ -205,20 +220,41 @@ async fn resource(
                     &caller.groups,
                     &input.object,
                 );
-                return Ok(respond::object(resource, output, include, StatusCode::CREATED, &answer, &[]));
+                return Ok(respond::object(
+                    resource,
+                    output,
+                    include,
+                    StatusCode::CREATED,
+                    &answer,
+                    &[],
+                ));
             }
             match (sub, info.name.as_deref()) {
                 (Some("binding"), Some(name)) => {
-                    registry.bind_pod(resource, namespace, name, &input.object, &write).await?;
+                    registry
+                        .bind_pod(resource, namespace, name, &input.object, &write)
+                        .await?;
                     let status = serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});
-                    Ok(respond::encoded(StatusCode::CREATED, codec::Format::Json, &status, &[]))
+                    Ok(respond::encoded(
+                        StatusCode::CREATED,
+                        codec::Format::Json,
+                        &status,
+                        &[],
+                    ))
                 }
                 (None, None) => {
                     if resource.namespaced && namespace.is_none() {
                         return Err(ApiError::path_not_found());
                     }
                     let written = registry.create(resource, namespace, input, &write).await?;
-                    Ok(respond::object(resource, output, include, StatusCode::CREATED, &written.object, &written.warnings))
+                    Ok(respond::object(
+                        resource,
+                        output,
+                        include,
+                        StatusCode::CREATED,
+                        &written.object,
+                        &written.warnings,
+                    ))
                 }
                 _ => Err(ApiError::method_not_allowed(
                     "the server does not allow this method on the requested resource",
@@ -236,11 +272,31 @@ async fn resource(
                 let answer = registry
                     .update_scale(resource, namespace, name, &write, |_| Ok(scale.clone()))
                     .await?;
-                return Ok(respond::object(resource, Output::Object(codec::Format::Json), include, StatusCode::OK, &answer, &[]));
+                return Ok(respond::object(
+                    resource,
+                    Output::Object(codec::Format::Json),
+                    include,
+                    StatusCode::OK,
+                    &answer,
+                    &[],
+                ));
             }
-            let written = registry.update(resource, namespace, name, sub, input, &write).await?;
-            let status = if written.created { StatusCode::CREATED } else { StatusCode::OK };
-            Ok(respond::object(resource, output, include, status, &written.object, &written.warnings))
+            let written = registry
+                .update(resource, namespace, name, sub, input, &write)
+                .await?;
+            let status = if written.created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
+            Ok(respond::object(
+                resource,
+                output,
+                include,
+                status,
+                &written.object,
+                &written.warnings,
+            ))
         }
         Verb::Patch => {
             let options = WriteOptions::from_query(query)?;
@@ -248,7 +304,8 @@ async fn resource(
             let name = info.name.as_deref().unwrap_or("");
             let bytes = read_body(body).await?;
             codec::check_size(&bytes)?;
-            let kind = patch::PatchKind::from_content_type(header(headers, http::header::CONTENT_TYPE))?;
+            let kind =
+                patch::PatchKind::from_content_type(header(headers, http::header::CONTENT_TYPE))?;
             let document = patch::parse(kind, &bytes)?;
             if sub == Some("scale") {
                 let answer = registry
@@ -256,10 +313,27 @@ async fn resource(
                         patch::apply(kind, "autoscaling", "Scale", current, &document)
                     })
                     .await?;
-                return Ok(respond::object(resource, Output::Object(codec::Format::Json), include, StatusCode::OK, &answer, &[]));
+                return Ok(respond::object(
+                    resource,
+                    Output::Object(codec::Format::Json),
+                    include,
+                    StatusCode::OK,
+                    &answer,
+                    &[],
+                ));
             }
-            let written = patch::patch(registry, resource, namespace, name, sub, kind, &document, &write).await?;
-            Ok(respond::object(resource, output, include, StatusCode::OK, &written.object, &written.warnings))
+            let written = patch::patch(
+                registry, resource, namespace, name, sub, kind, &document, &write,
+            )
+            .await?;
+            Ok(respond::object(
+                resource,
+                output,
+                include,
+                StatusCode::OK,
+                &written.object,
+                &written.warnings,
+            ))
         }
         Verb::Delete | Verb::DeleteCollection => {
             let bytes = read_body(body).await?;
@@ -270,7 +344,14 @@ async fn resource(
             if info.verb == Verb::DeleteCollection {
                 let list = ListOptions::from_query(query)?;
                 let deleted = registry
-                    .delete_collection(resource, namespace, &list.label_selector, &list.field_selector, &options, &write)
+                    .delete_collection(
+                        resource,
+                        namespace,
+                        &list.label_selector,
+                        &list.field_selector,
+                        &options,
+                        &write,
+                    )
                     .await?;
                 let result = registry::ListResult {
                     items: deleted,
@@ -281,11 +362,21 @@ async fn resource(
                 return Ok(respond::list(resource, output, include, &result));
             }
             let name = info.name.as_deref().unwrap_or("");
-            let result = registry.delete(resource, namespace, name, &options, &write).await?;
+            let result = registry
+                .delete(resource, namespace, name, &options, &write)
+                .await?;
             let returns_object = !result.finished
-                || (resource.group.is_empty() && matches!(resource.kind, "Pod" | "Service" | "Namespace"));
+                || (resource.group.is_empty()
+                    && matches!(resource.kind, "Pod" | "Service" | "Namespace"));
             if returns_object {
-                Ok(respond::object(resource, output, include, StatusCode::OK, &result.object, &[]))
+                Ok(respond::object(
+                    resource,
+                    output,
+                    include,
+                    StatusCode::OK,
+                    &result.object,
+                    &[],
+                ))
             } else {
                 let status = respond::success_status(resource, &result.object);
                 let format = match output {
@@ -300,7 +391,11 @@ async fn resource(
 
 /// DeleteOptions from the body (JSON, YAML or protobuf) and the query; also says whether the
 /// body asked for a dry run.
-fn delete_options(query: &Query, headers: &HeaderMap, bytes: &[u8]) -> Result<(DeleteOptions, bool)> {
+fn delete_options(
+    query: &Query,
+    headers: &HeaderMap,
+    bytes: &[u8],
+) -> Result<(DeleteOptions, bool)> {
     let body: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
         Value::Null
     } else {
@@ -325,7 +420,9 @@ fn delete_options(query: &Query, headers: &HeaderMap, bytes: &[u8]) -> Result<(D
         options.propagation_policy = Some(policy.to_string());
     }
     if body["orphanDependents"].as_bool() == Some(true) || query.flag("orphanDependents") {
-        options.propagation_policy.get_or_insert_with(|| "Orphan".into());
+        options
+            .propagation_policy
+            .get_or_insert_with(|| "Orphan".into());
     }
     if let Some(policy) = &options.propagation_policy {
         if !matches!(policy.as_str(), "Orphan" | "Background" | "Foreground") {

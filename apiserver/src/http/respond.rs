@@ -66,7 +66,10 @@ pub fn table(
     with_columns: bool,
 ) -> Value {
     let now = jiff::Timestamp::now();
-    let rows: Vec<Value> = objects.iter().map(|object| row(info, object, include, now)).collect();
+    let rows: Vec<Value> = objects
+        .iter()
+        .map(|object| row(info, object, include, now))
+        .collect();
     json!({
         "kind": "Table",
         "apiVersion": format!("meta.k8s.io/{version}"),
@@ -91,8 +94,12 @@ fn list_meta(result: &ListResult) -> Value {
 pub fn encoded(status: StatusCode, format: Format, body: &Value, warnings: &[String]) -> Response {
     match codec::encode(format, body) {
         Ok(bytes) => {
-            let mut response =
-                (status, [(http::header::CONTENT_TYPE, format.content_type())], bytes).into_response();
+            let mut response = (
+                status,
+                [(http::header::CONTENT_TYPE, format.content_type())],
+                bytes,
+            )
+                .into_response();
             add_warnings(&mut response, warnings);
             response
         }
@@ -123,14 +130,26 @@ pub fn object(
         Output::Object(format) => encoded(status, format, object, warnings),
         Output::Metadata(format) => encoded(status, format, &partial_metadata(object), warnings),
         Output::Table(version) => {
-            let body = table(info, version, std::slice::from_ref(object), json!({"resourceVersion": object["metadata"]["resourceVersion"]}), include, true);
+            let body = table(
+                info,
+                version,
+                std::slice::from_ref(object),
+                json!({"resourceVersion": object["metadata"]["resourceVersion"]}),
+                include,
+                true,
+            );
             encoded(status, Format::Json, &body, warnings)
         }
     }
 }
 
 /// A list, in the negotiated form.
-pub fn list(info: &ResourceInfo, output: Output, include: IncludeObject, result: &ListResult) -> Response {
+pub fn list(
+    info: &ResourceInfo,
+    output: Output,
+    include: IncludeObject,
+    result: &ListResult,
+) -> Response {
     let meta = list_meta(result);
     match output {
         Output::Object(format) => {

@@ -31,7 +31,10 @@ pub async fn serve(
     output: Output,
     include: IncludeObject,
 ) -> Result<Response> {
-    if matches!(output, Output::Object(Format::Protobuf) | Output::Metadata(Format::Protobuf)) {
+    if matches!(
+        output,
+        Output::Object(Format::Protobuf) | Output::Metadata(Format::Protobuf)
+    ) {
         return Err(ApiError::not_acceptable(
             "watch is served as JSON (application/json); protobuf watch streams are not supported",
         ));
@@ -39,7 +42,10 @@ pub async fn serve(
     let events = registry.watch(info, namespace, options).await?;
     let timeout = match options.timeout_seconds {
         Some(seconds) if seconds > 0 => Duration::from_secs(seconds as u64),
-        _ => DEFAULT_TIMEOUT + Duration::from_secs(rand::rng().random_range(0..DEFAULT_TIMEOUT.as_secs())),
+        _ => {
+            DEFAULT_TIMEOUT
+                + Duration::from_secs(rand::rng().random_range(0..DEFAULT_TIMEOUT.as_secs()))
+        }
     };
     let mut first_table = true;
     let stream = ReceiverStream::new(events)
@@ -65,8 +71,9 @@ pub async fn serve(
                 }),
                 (Output::Object(_), _) => event.object,
             };
-            let mut line = serde_json::to_vec(&json!({"type": event.kind.as_str(), "object": object}))
-                .unwrap_or_default();
+            let mut line =
+                serde_json::to_vec(&json!({"type": event.kind.as_str(), "object": object}))
+                    .unwrap_or_default();
             line.push(b'\n');
             Ok::<Bytes, std::convert::Infallible>(Bytes::from(line))
         });

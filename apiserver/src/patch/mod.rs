@@ -95,12 +95,19 @@ fn patch_failed(message: String) -> ApiError {
 }
 
 /// Applies a parsed patch to an object of group/kind.
-pub fn apply(kind: PatchKind, group: &str, object_kind: &str, current: &Value, document: &Document) -> Result<Value> {
+pub fn apply(
+    kind: PatchKind,
+    group: &str,
+    object_kind: &str,
+    current: &Value,
+    document: &Document,
+) -> Result<Value> {
     let mut target = current.clone();
     match (kind, document) {
         (PatchKind::Json, Document::Json(patch)) => {
-            json_patch::patch(&mut target, patch)
-                .map_err(|error| patch_failed(format!("the patch could not be applied: {error}")))?;
+            json_patch::patch(&mut target, patch).map_err(|error| {
+                patch_failed(format!("the patch could not be applied: {error}"))
+            })?;
             Ok(target)
         }
         (PatchKind::Merge, Document::Object(patch)) => {
@@ -108,17 +115,18 @@ pub fn apply(kind: PatchKind, group: &str, object_kind: &str, current: &Value, d
             Ok(target)
         }
         (PatchKind::Strategic, Document::Object(patch)) => {
-            strategic::apply(group, object_kind, current, patch)
-                .map_err(|error| {
-                    let message = error.to_string();
-                    if error.http_status() == 422 {
-                        patch_failed(message)
-                    } else {
-                        ApiError::bad_request(message)
-                    }
-                })
+            strategic::apply(group, object_kind, current, patch).map_err(|error| {
+                let message = error.to_string();
+                if error.http_status() == 422 {
+                    patch_failed(message)
+                } else {
+                    ApiError::bad_request(message)
+                }
+            })
         }
-        _ => Err(ApiError::bad_request("the patch does not match its content type")),
+        _ => Err(ApiError::bad_request(
+            "the patch does not match its content type",
+        )),
     }
 }
 
@@ -141,7 +149,8 @@ pub async fn patch(
             let mut base = current.clone();
             object::remove_meta(&mut base, "resourceVersion");
             let patched = apply(kind, info.group, info.kind, &base, document)?;
-            let (canonical, found) = registry.canonicalize(info, &patched, write.field_validation)?;
+            let (canonical, found) =
+                registry.canonicalize(info, &patched, write.field_validation)?;
             warnings = found;
             Ok(canonical)
         })
@@ -157,30 +166,60 @@ mod tests {
 
     #[test]
     fn content_types_pick_the_patch_kind() {
-        assert_eq!(PatchKind::from_content_type(Some("application/merge-patch+json")).ok(), Some(PatchKind::Merge));
-        assert_eq!(PatchKind::from_content_type(Some("application/json")).err().map(|e| e.code), Some(415));
+        assert_eq!(
+            PatchKind::from_content_type(Some("application/merge-patch+json")).ok(),
+            Some(PatchKind::Merge)
+        );
+        assert_eq!(
+            PatchKind::from_content_type(Some("application/json"))
+                .err()
+                .map(|e| e.code),
+            Some(415)
+        );
     }
 
     #[test]
     fn json_patch_test_failures_are_invalid() {
-        let document = parse(PatchKind::Json, br#"[{"op":"test","path":"/data/a","value":"x"}]"#).expect("parses");
+        let document = parse(
+            PatchKind::Json,
+            br#"[{"op":"test","path":"/data/a","value":"x"}]"#,
+        )
+        .expect("parses");
         let current = json!({"data": {"a": "y"}});
-        let error = apply(PatchKind::Json, "", "ConfigMap", &current, &document).expect_err("test fails");
+        let error =
+            apply(PatchKind::Json, "", "ConfigMap", &current, &document).expect_err("test fails");
         assert_eq!(error.code, 422);
     }
 
     #[test]
     fn merge_patch_null_deletes_and_lists_replace() {
-        let document = parse(PatchKind::Merge, br#"{"metadata":{"labels":{"a":null,"b":"2"}},"list":[3]}"#).expect("parses");
+        let document = parse(
+            PatchKind::Merge,
+            br#"{"metadata":{"labels":{"a":null,"b":"2"}},"list":[3]}"#,
+        )
+        .expect("parses");
         let current = json!({"metadata": {"labels": {"a": "1"}}, "list": [1, 2]});
-        let patched = apply(PatchKind::Merge, "", "ConfigMap", &current, &document).expect("applies");
-        assert_eq!(patched, json!({"metadata": {"labels": {"b": "2"}}, "list": [3]}));
+        let patched =
+            apply(PatchKind::Merge, "", "ConfigMap", &current, &document).expect("applies");
+        assert_eq!(
+            patched,
+            json!({"metadata": {"labels": {"b": "2"}}, "list": [3]})
+        );
     }
 
     #[test]
     fn malformed_patches_are_bad_requests() {
-        assert_eq!(parse(PatchKind::Json, b"{").err().map(|e| e.code), Some(400));
-        assert_eq!(parse(PatchKind::Merge, b"[1]").err().map(|e| e.code), Some(400));
-        assert_eq!(parse(PatchKind::Apply, b"{}").err().map(|e| e.code), Some(415));
+        assert_eq!(
+            parse(PatchKind::Json, b"{").err().map(|e| e.code),
+            Some(400)
+        );
+        assert_eq!(
+            parse(PatchKind::Merge, b"[1]").err().map(|e| e.code),
+            Some(400)
+        );
+        assert_eq!(
+            parse(PatchKind::Apply, b"{}").err().map(|e| e.code),
+            Some(415)
+        );
     }
 }

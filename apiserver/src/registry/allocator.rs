@@ -29,13 +29,20 @@ impl Cidr {
         let (ip, bits) = text
             .split_once('/')
             .ok_or_else(|| format!("{text:?} is not a CIDR (a.b.c.d/n)"))?;
-        let ip: Ipv4Addr = ip.parse().map_err(|_| format!("{ip:?} is not an IPv4 address"))?;
-        let bits: u8 = bits.parse().map_err(|_| format!("{bits:?} is not a prefix length"))?;
+        let ip: Ipv4Addr = ip
+            .parse()
+            .map_err(|_| format!("{ip:?} is not an IPv4 address"))?;
+        let bits: u8 = bits
+            .parse()
+            .map_err(|_| format!("{bits:?} is not a prefix length"))?;
         if !(8..=30).contains(&bits) {
             return Err(format!("prefix length /{bits} must be between /8 and /30"));
         }
         let mask = u32::MAX << (32 - bits);
-        Ok(Self { base: Ipv4Addr::from(u32::from(ip) & mask), bits })
+        Ok(Self {
+            base: Ipv4Addr::from(u32::from(ip) & mask),
+            bits,
+        })
     }
 
     fn size(&self) -> u32 {
@@ -78,7 +85,10 @@ fn wants_cluster_ip(service: &Value) -> bool {
 }
 
 fn wants_node_ports(service: &Value) -> bool {
-    matches!(service["spec"]["type"].as_str(), Some("NodePort" | "LoadBalancer"))
+    matches!(
+        service["spec"]["type"].as_str(),
+        Some("NodePort" | "LoadBalancer")
+    )
 }
 
 impl Allocators {
@@ -87,7 +97,11 @@ impl Allocators {
         service_cidr: Cidr,
         node_ports: std::ops::RangeInclusive<u16>,
     ) -> Self {
-        Self { storage, service_cidr, node_ports }
+        Self {
+            storage,
+            service_cidr,
+            node_ports,
+        }
     }
 
     /// The address of the `kubernetes` Service: the range's first usable address.
@@ -154,7 +168,9 @@ impl Allocators {
             .filter(|n| !used.contains(&render(*n)))
             .collect();
         if free.is_empty() {
-            return Err(ApiError::internal("range is full: no free addresses or ports left"));
+            return Err(ApiError::internal(
+                "range is full: no free addresses or ports left",
+            ));
         }
         let start = rand::rng().random_range(0..free.len());
         for offset in 0..free.len() {
@@ -166,7 +182,9 @@ impl Allocators {
                 return Ok((candidate, Some(allocation)));
             }
         }
-        Err(ApiError::internal("range is full: no free addresses or ports left"))
+        Err(ApiError::internal(
+            "range is full: no free addresses or ports left",
+        ))
     }
 
     /// Fills in a Service's ClusterIP and NodePorts (keeping those of `old` on update) and
@@ -183,7 +201,9 @@ impl Allocators {
         }
         let owner = format!("{}/{}", object::namespace(service), object::name(service));
         let mut reserved = Vec::new();
-        let result = self.allocate_into(service, old, dry_run, &owner, &mut reserved).await;
+        let result = self
+            .allocate_into(service, old, dry_run, &owner, &mut reserved)
+            .await;
         if let Err(error) = result {
             self.release_all(reserved).await;
             return Err(error);
@@ -204,7 +224,10 @@ impl Allocators {
             .filter(|ip| !ip.is_empty())
             .map(str::to_string);
         if wants_cluster_ip(service) {
-            let requested = service["spec"]["clusterIP"].as_str().unwrap_or("").to_string();
+            let requested = service["spec"]["clusterIP"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
             let ip = match (requested.as_str(), &old_ip) {
                 ("", Some(old_ip)) => old_ip.clone(),
                 (requested, Some(old_ip)) if requested == old_ip => old_ip.clone(),
@@ -212,14 +235,25 @@ impl Allocators {
                 ("", None) => {
                     let cidr = self.service_cidr;
                     let (ip, allocation) = self
-                        .reserve_any(IP_PREFIX, cidr.usable(), |n| cidr.nth(n).to_string(), owner, dry_run)
+                        .reserve_any(
+                            IP_PREFIX,
+                            cidr.usable(),
+                            |n| cidr.nth(n).to_string(),
+                            owner,
+                            dry_run,
+                        )
                         .await?;
                     reserved.extend(allocation);
                     ip
                 }
                 (requested, None) => {
                     let parsed: Ipv4Addr = requested.parse().map_err(|_| {
-                        invalid(owner, "spec.clusterIPs[0]", requested, "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)")
+                        invalid(
+                            owner,
+                            "spec.clusterIPs[0]",
+                            requested,
+                            "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+                        )
                     })?;
                     if !self.service_cidr.contains(parsed) {
                         return Err(invalid(
@@ -233,13 +267,24 @@ impl Allocators {
                         ));
                     }
                     reserved.extend(
-                        self.reserve_specific(IP_PREFIX, requested, owner, "spec.clusterIPs", dry_run)
-                            .await?,
+                        self.reserve_specific(
+                            IP_PREFIX,
+                            requested,
+                            owner,
+                            "spec.clusterIPs",
+                            dry_run,
+                        )
+                        .await?,
                     );
                     requested.to_string()
                 }
                 (_, Some(_)) => {
-                    return Err(invalid(owner, "spec.clusterIPs[0]", &requested, "may not change once set"))
+                    return Err(invalid(
+                        owner,
+                        "spec.clusterIPs[0]",
+                        &requested,
+                        "may not change once set",
+                    ))
                 }
             };
             service["spec"]["clusterIP"] = ip.clone().into();
@@ -248,7 +293,12 @@ impl Allocators {
         if wants_node_ports(service) {
             let old_ports: Vec<i64> = old
                 .and_then(|old| old["spec"]["ports"].as_array())
-                .map(|ports| ports.iter().filter_map(|p| p["nodePort"].as_i64()).collect())
+                .map(|ports| {
+                    ports
+                        .iter()
+                        .filter_map(|p| p["nodePort"].as_i64())
+                        .collect()
+                })
                 .unwrap_or_default();
             let count = service["spec"]["ports"].as_array().map_or(0, Vec::len);
             for index in 0..count {
@@ -256,20 +306,28 @@ impl Allocators {
                 let port = match given {
                     Some(port) if old_ports.contains(&port) => port,
                     Some(port) => {
-                        if !(i64::from(*self.node_ports.start())..=i64::from(*self.node_ports.end()))
+                        if !(i64::from(*self.node_ports.start())
+                            ..=i64::from(*self.node_ports.end()))
                             .contains(&port)
                         {
                             return Err(invalid(owner, &format!("spec.ports[{index}].nodePort"), &port.to_string(),
                                 &format!("provided port is not in the valid range. The range of valid ports is {}-{}", self.node_ports.start(), self.node_ports.end())));
                         }
                         reserved.extend(
-                            self.reserve_specific(PORT_PREFIX, &port.to_string(), owner, &format!("spec.ports[{index}].nodePort"), dry_run)
-                                .await?,
+                            self.reserve_specific(
+                                PORT_PREFIX,
+                                &port.to_string(),
+                                owner,
+                                &format!("spec.ports[{index}].nodePort"),
+                                dry_run,
+                            )
+                            .await?,
                         );
                         port
                     }
                     None => {
-                        let range = u32::from(*self.node_ports.start())..u32::from(*self.node_ports.end()) + 1;
+                        let range = u32::from(*self.node_ports.start())
+                            ..u32::from(*self.node_ports.end()) + 1;
                         let (port, allocation) = self
                             .reserve_any(PORT_PREFIX, range, |n| n.to_string(), owner, dry_run)
                             .await?;
@@ -297,7 +355,10 @@ impl Allocators {
             return;
         }
         let mut keys = Vec::new();
-        if let Some(ip) = service["spec"]["clusterIP"].as_str().filter(|ip| !ip.is_empty() && *ip != "None") {
+        if let Some(ip) = service["spec"]["clusterIP"]
+            .as_str()
+            .filter(|ip| !ip.is_empty() && *ip != "None")
+        {
             keys.push(Allocation(format!("{IP_PREFIX}{ip}").into_bytes()));
         }
         for port in service["spec"]["ports"].as_array().into_iter().flatten() {

@@ -29,9 +29,15 @@ mod tests {
     #[test]
     fn keys_follow_upstreams_layout() {
         let pods = catalog::find("", "v1", "pods").expect("pods");
-        assert_eq!(object_key(pods, Some("ns"), "p"), b"/registry/pods/ns/p".to_vec());
+        assert_eq!(
+            object_key(pods, Some("ns"), "p"),
+            b"/registry/pods/ns/p".to_vec()
+        );
         assert_eq!(collection_prefix(pods, None), b"/registry/pods/".to_vec());
         let nodes = catalog::find("", "v1", "nodes").expect("nodes");
-        assert_eq!(object_key(nodes, None, "n1"), b"/registry/minions/n1".to_vec());
+        assert_eq!(
+            object_key(nodes, None, "n1"),
+            b"/registry/minions/n1".to_vec()
+        );
     }
 }

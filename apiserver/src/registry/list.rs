@@ -58,11 +58,16 @@ pub fn decode_continue(token: &str) -> Result<(i64, String)> {
         return Err(invalid("server does not recognize this encoded version"));
     }
     if token.rv <= 0 {
-        return Err(invalid("incorrect encoded start resourceVersion (version meta.k8s.io/v1)"));
+        return Err(invalid(
+            "incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
+        ));
     }
     if token.start.is_empty()
         || token.start.starts_with('/')
-        || token.start.split('/').any(|part| part == "." || part == "..")
+        || token
+            .start
+            .split('/')
+            .any(|part| part == "." || part == "..")
     {
         return Err(invalid("invalid start key"));
     }
@@ -111,7 +116,11 @@ impl Filter {
 
 /// The key range a list reads: a namespace (from the URL or a `metadata.namespace=` field
 /// selector) or the whole resource.
-pub(super) fn list_prefix(info: &ResourceInfo, namespace: Option<&str>, filter: &Filter) -> Vec<u8> {
+pub(super) fn list_prefix(
+    info: &ResourceInfo,
+    namespace: Option<&str>,
+    filter: &Filter,
+) -> Vec<u8> {
     let namespace = namespace.or_else(|| {
         info.namespaced
             .then(|| filter.fields.exact("metadata.namespace"))
@@ -246,7 +255,8 @@ impl Registry {
             "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
         );
         if let Ok(status) = self.storage.status().await {
-            let relative = String::from_utf8_lossy(&start[prefix.len().min(start.len())..]).into_owned();
+            let relative =
+                String::from_utf8_lossy(&start[prefix.len().min(start.len())..]).into_owned();
             if !relative.is_empty() {
                 error.continue_token = Some(encode_continue(status.revision, &relative));
             }
@@ -262,7 +272,10 @@ mod tests {
     #[test]
     fn continue_tokens_round_trip() {
         let token = encode_continue(42, "ns/name\u{0}");
-        assert_eq!(decode_continue(&token).expect("valid"), (42, "ns/name\u{0}".to_string()));
+        assert_eq!(
+            decode_continue(&token).expect("valid"),
+            (42, "ns/name\u{0}".to_string())
+        );
     }
 
     #[test]

@@ -18,7 +18,8 @@ use crate::error::Result;
 use crate::request::FieldValidation;
 
 /// The namespaces every cluster has.
-pub const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
+pub const SYSTEM_NAMESPACES: &[&str] =
+    &["default", "kube-system", "kube-public", "kube-node-lease"];
 
 fn system_write() -> Write {
     Write {
@@ -51,7 +52,11 @@ pub async fn bootstrap(registry: &Registry, apiserver_port: u16, advertise: &str
         }
     }
     let services = catalog::find("", "v1", "services").ok_or_else(missing)?;
-    if registry.read(services, Some("default"), "kubernetes").await?.is_none() {
+    if registry
+        .read(services, Some("default"), "kubernetes")
+        .await?
+        .is_none()
+    {
         let cluster_ip = registry.allocators.first_service_ip().to_string();
         let input = Input {
             object: json!({
@@ -62,7 +67,10 @@ pub async fn bootstrap(registry: &Registry, apiserver_port: u16, advertise: &str
             }),
             duplicate_fields: Vec::new(),
         };
-        match registry.create(services, Some("default"), input, &write).await {
+        match registry
+            .create(services, Some("default"), input, &write)
+            .await
+        {
             Ok(_) => tracing::info!(%cluster_ip, "created the kubernetes service"),
             Err(error) if error.code == 409 || error.code == 422 => {
                 tracing::debug!(%error, "kubernetes service created elsewhere")
@@ -71,7 +79,11 @@ pub async fn bootstrap(registry: &Registry, apiserver_port: u16, advertise: &str
         }
     }
     let endpoints = catalog::find("", "v1", "endpoints").ok_or_else(missing)?;
-    if registry.read(endpoints, Some("default"), "kubernetes").await?.is_none() {
+    if registry
+        .read(endpoints, Some("default"), "kubernetes")
+        .await?
+        .is_none()
+    {
         let input = Input {
             object: json!({
                 "metadata": {"name": "kubernetes", "namespace": "default",
@@ -81,7 +93,10 @@ pub async fn bootstrap(registry: &Registry, apiserver_port: u16, advertise: &str
             }),
             duplicate_fields: Vec::new(),
         };
-        if let Err(error) = registry.create(endpoints, Some("default"), input, &write).await {
+        if let Err(error) = registry
+            .create(endpoints, Some("default"), input, &write)
+            .await
+        {
             if error.code != 409 {
                 return Err(error);
             }
@@ -112,7 +127,9 @@ impl Registry {
                 match registry.finalize_namespace(&name).await {
                     Ok(true) => return,
                     Ok(false) => {}
-                    Err(error) => tracing::warn!(namespace = %name, %error, "namespace finalization failed; retrying"),
+                    Err(error) => {
+                        tracing::warn!(namespace = %name, %error, "namespace finalization failed; retrying")
+                    }
                 }
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(5));
@@ -137,27 +154,41 @@ impl Registry {
             ..DeleteOptions::default()
         };
         let mut remaining = 0;
-        for info in RESOURCES.iter().filter(|info| info.namespaced && info.is_stored()) {
+        for info in RESOURCES
+            .iter()
+            .filter(|info| info.namespaced && info.is_stored())
+        {
             if self.count_in(info, name).await? == 0 {
                 continue;
             }
-            self.delete_collection(info, Some(name), "", "", &options, &write).await?;
+            self.delete_collection(info, Some(name), "", "", &options, &write)
+                .await?;
             remaining += self.count_in(info, name).await?;
         }
         if remaining > 0 {
             return Ok(false);
         }
         let finalized = self
-            .update_with(namespaces, None, name, Some("finalize"), &write, |current| {
-                let mut next = current.clone();
-                if let Some(finalizers) = next["spec"]["finalizers"].as_array_mut() {
-                    finalizers.retain(|finalizer| finalizer != "kubernetes");
-                }
-                Ok(next)
-            })
+            .update_with(
+                namespaces,
+                None,
+                name,
+                Some("finalize"),
+                &write,
+                |current| {
+                    let mut next = current.clone();
+                    if let Some(finalizers) = next["spec"]["finalizers"].as_array_mut() {
+                        finalizers.retain(|finalizer| finalizer != "kubernetes");
+                    }
+                    Ok(next)
+                },
+            )
             .await?;
         if object::finalizers(&finalized.object).is_empty() {
-            match self.delete(namespaces, None, name, &DeleteOptions::default(), &write).await {
+            match self
+                .delete(namespaces, None, name, &DeleteOptions::default(), &write)
+                .await
+            {
                 Ok(_) => {}
                 Err(error) if error.code == 404 => {}
                 Err(error) => return Err(error),
@@ -183,7 +214,9 @@ impl NamespaceLookup for StoredNamespaces {
             .ok_or_else(|| Denied::forbidden("namespaces are not served"))?;
         match registry.read(namespaces, None, name).await {
             Ok(None) => Ok(NamespaceState::Missing),
-            Ok(Some((namespace, _))) if is_terminating(&namespace) => Ok(NamespaceState::Terminating),
+            Ok(Some((namespace, _))) if is_terminating(&namespace) => {
+                Ok(NamespaceState::Terminating)
+            }
             Ok(Some(_)) => Ok(NamespaceState::Active),
             Err(error) => Err(Denied {
                 code: 500,

@@ -142,7 +142,10 @@ mod tests {
         let stored = to_stored(&object).expect("encodes");
         let back: Value = serde_json::from_slice(&stored).expect("json");
         assert!(back["metadata"].get("resourceVersion").is_none());
-        assert_eq!(from_stored(&stored, 9).expect("decodes")["metadata"]["resourceVersion"], "9");
+        assert_eq!(
+            from_stored(&stored, 9).expect("decodes")["metadata"]["resourceVersion"],
+            "9"
+        );
     }
 
     #[test]

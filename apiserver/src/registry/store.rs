@@ -66,7 +66,12 @@ impl Registry {
     }
 
     /// GET of one object.
-    pub async fn get(&self, info: &ResourceInfo, namespace: Option<&str>, name: &str) -> Result<Value> {
+    pub async fn get(
+        &self,
+        info: &ResourceInfo,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value> {
         match self.read(info, namespace, name).await? {
             Some((object, _)) => Ok(object),
             None => Err(ApiError::not_found(info, name)),
@@ -83,8 +88,12 @@ impl Registry {
     ) -> Result<Written> {
         let mut object = input.object;
         check_body(info, namespace, None, &mut object)?;
-        let (canonical, warnings) =
-            canonicalize(info, &object, &input.duplicate_fields, write.field_validation)?;
+        let (canonical, warnings) = canonicalize(
+            info,
+            &object,
+            &input.duplicate_fields,
+            write.field_validation,
+        )?;
         let generate = object::name(&canonical).is_empty()
             && !object::meta_str(&canonical, "generateName").is_empty();
         for _attempt in 0..8 {
@@ -96,11 +105,26 @@ impl Registry {
             strategy::prepare_for_create(info, &mut object);
             strategy::default(info, &mut object);
             strategy::validate(info, &object, None)?;
-            self.admit(info, Operation::Create, None, &write.caller, write.dry_run, Some(&mut object), None)
+            self.admit(
+                info,
+                Operation::Create,
+                None,
+                &write.caller,
+                write.dry_run,
+                Some(&mut object),
+                None,
+            )
+            .await?;
+            let allocated = self
+                .allocators
+                .allocate(info, &mut object, None, write.dry_run)
                 .await?;
-            let allocated = self.allocators.allocate(info, &mut object, None, write.dry_run).await?;
             if write.dry_run {
-                return Ok(Written { object, created: true, warnings });
+                return Ok(Written {
+                    object,
+                    created: true,
+                    warnings,
+                });
             }
             let name = object::name(&object).to_string();
             let key = object_key(info, namespace, &name);
@@ -125,7 +149,10 @@ impl Registry {
                 }
             }
         }
-        Err(ApiError::already_exists(info, object::meta_str(&canonical, "generateName")))
+        Err(ApiError::already_exists(
+            info,
+            object::meta_str(&canonical, "generateName"),
+        ))
     }
 
     /// PUT of an object or its `/status`.
@@ -143,7 +170,9 @@ impl Registry {
         let (body, warnings) =
             canonicalize(info, &body, &input.duplicate_fields, write.field_validation)?;
         let mut written = self
-            .update_with(info, namespace, name, subresource, write, |_current| Ok(body.clone()))
+            .update_with(info, namespace, name, subresource, write, |_current| {
+                Ok(body.clone())
+            })
             .await?;
         written.warnings.extend(warnings);
         Ok(written)
@@ -194,7 +223,11 @@ impl Registry {
             let mut unchanged = current.clone();
             object::remove_meta(&mut unchanged, "resourceVersion");
             if object == unchanged {
-                return Ok(Written { object: current, created: false, warnings: Vec::new() });
+                return Ok(Written {
+                    object: current,
+                    created: false,
+                    warnings: Vec::new(),
+                });
             }
             if write.dry_run {
                 return Ok(Written {
@@ -222,7 +255,11 @@ impl Registry {
                     DeleteOutcome::Conflict { .. } => continue,
                 }
             }
-            match self.storage.update(&key, &encode(&object)?, revision, 0).await? {
+            match self
+                .storage
+                .update(&key, &encode(&object)?, revision, 0)
+                .await?
+            {
                 UpdateOutcome::Updated { revision } => {
                     return Ok(Written {
                         object: object::with_resource_version(object, revision),
@@ -239,7 +276,11 @@ impl Registry {
                 UpdateOutcome::Conflict { .. } => continue,
             }
         }
-        Err(ApiError::conflict(info, name, "too many concurrent updates; please retry"))
+        Err(ApiError::conflict(
+            info,
+            name,
+            "too many concurrent updates; please retry",
+        ))
     }
 
     /// DELETE of one object.
@@ -256,8 +297,16 @@ impl Registry {
                 return Err(ApiError::not_found(info, name));
             };
             check_preconditions(info, name, &current, revision, &options.preconditions)?;
-            self.admit(info, Operation::Delete, None, &write.caller, write.dry_run, None, Some(&current))
-                .await?;
+            self.admit(
+                info,
+                Operation::Delete,
+                None,
+                &write.caller,
+                write.dry_run,
+                None,
+                Some(&current),
+            )
+            .await?;
             let pending = pending_deletion(info, &current, options);
             if write.dry_run {
                 return Ok(DeleteResult {
@@ -268,9 +317,16 @@ impl Registry {
             let key = object_key(info, namespace, name);
             if let Some(marked) = pending {
                 if marked == current {
-                    return Ok(DeleteResult { object: current, finished: false });
+                    return Ok(DeleteResult {
+                        object: current,
+                        finished: false,
+                    });
                 }
-                match self.storage.update(&key, &encode(&marked)?, revision, 0).await? {
+                match self
+                    .storage
+                    .update(&key, &encode(&marked)?, revision, 0)
+                    .await?
+                {
                     UpdateOutcome::Updated { revision } => {
                         if info.kind == "Namespace" && info.group.is_empty() {
                             self.spawn_namespace_finalizer(name.to_string());
@@ -298,7 +354,11 @@ impl Registry {
                 DeleteOutcome::Conflict { .. } => continue,
             }
         }
-        Err(ApiError::conflict(info, name, "too many concurrent updates; please retry"))
+        Err(ApiError::conflict(
+            info,
+            name,
+            "too many concurrent updates; please retry",
+        ))
     }
 
     /// DELETE of a collection: every object the selectors match, each deleted as above.
@@ -327,7 +387,10 @@ impl Registry {
             let name = object::name(&item).to_string();
             let item_namespace = object::namespace(&item).to_string();
             let item_namespace = Some(item_namespace.as_str()).filter(|ns| !ns.is_empty());
-            match self.delete(info, item_namespace, &name, options, write).await {
+            match self
+                .delete(info, item_namespace, &name, options, write)
+                .await
+            {
                 Ok(result) => deleted.push(result.object),
                 Err(error) if error.code == 404 => {}
                 Err(error) => return Err(error),
@@ -400,11 +463,14 @@ fn holds_deletion(info: &ResourceInfo, object: &Value) -> bool {
     !object::finalizers(object).is_empty()
         || (info.group.is_empty()
             && info.kind == "Namespace"
-            && object["spec"]["finalizers"].as_array().is_some_and(|f| !f.is_empty()))
+            && object["spec"]["finalizers"]
+                .as_array()
+                .is_some_and(|f| !f.is_empty()))
 }
 
 fn encode(object: &Value) -> Result<Vec<u8>> {
-    object::to_stored(object).map_err(|error| ApiError::internal(format!("encoding object: {error}")))
+    object::to_stored(object)
+        .map_err(|error| ApiError::internal(format!("encoding object: {error}")))
 }
 
 /// Checks a body against the URL: kind and apiVersion, namespace, name.
@@ -489,7 +555,11 @@ fn canonicalize(
         .into_iter()
         .map(|field| format!("unknown field \"{field}\""))
         .collect();
-    problems.extend(duplicate_fields.iter().map(|field| format!("duplicate field \"{field}\"")));
+    problems.extend(
+        duplicate_fields
+            .iter()
+            .map(|field| format!("duplicate field \"{field}\"")),
+    );
     if problems.is_empty() {
         return Ok((canonical, Vec::new()));
     }
@@ -515,11 +585,17 @@ fn check_preconditions(
             return Err(ApiError::conflict(
                 info,
                 name,
-                &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"),
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"
+                ),
             ));
         }
     }
-    if let Some(version) = preconditions.resource_version.as_deref().filter(|v| !v.is_empty()) {
+    if let Some(version) = preconditions
+        .resource_version
+        .as_deref()
+        .filter(|v| !v.is_empty())
+    {
         if version != revision.to_string() {
             return Err(ApiError::conflict(
                 info,
@@ -533,7 +609,11 @@ fn check_preconditions(
 
 /// The marked object when deletion must wait (finalizers, a terminating namespace, a bound
 /// pod's grace period), or None when the object can go now.
-fn pending_deletion(info: &ResourceInfo, current: &Value, options: &DeleteOptions) -> Option<Value> {
+fn pending_deletion(
+    info: &ResourceInfo,
+    current: &Value,
+    options: &DeleteOptions,
+) -> Option<Value> {
     let mut marked = current.clone();
     let mut finalizers = object::finalizers(current);
     match options.propagation_policy.as_deref() {
@@ -547,15 +627,22 @@ fn pending_deletion(info: &ResourceInfo, current: &Value, options: &DeleteOption
     }
     let is_namespace = info.group.is_empty()
         && info.kind == "Namespace"
-        && current["spec"]["finalizers"].as_array().is_some_and(|f| !f.is_empty());
+        && current["spec"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty());
     let bound_pod_grace = (info.group.is_empty() && info.kind == "Pod")
         .then(|| {
-            let bound = current["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty());
+            let bound = current["spec"]["nodeName"]
+                .as_str()
+                .is_some_and(|n| !n.is_empty());
             let grace = options
                 .grace_period_seconds
                 .or_else(|| current["spec"]["terminationGracePeriodSeconds"].as_i64())
                 .unwrap_or(30);
-            (bound && grace > 0 && current["status"]["phase"] != "Succeeded" && current["status"]["phase"] != "Failed")
+            (bound
+                && grace > 0
+                && current["status"]["phase"] != "Succeeded"
+                && current["status"]["phase"] != "Failed")
                 .then_some(grace)
         })
         .flatten();
@@ -594,11 +681,26 @@ mod tests {
     fn bodies_with_another_namespace_or_kind_are_bad_requests() {
         let configmaps = catalog::find("", "v1", "configmaps").expect("cm");
         let mut other_ns = json!({"metadata": {"name": "a", "namespace": "b"}});
-        assert_eq!(check_body(configmaps, Some("a"), None, &mut other_ns).err().map(|e| e.code), Some(400));
+        assert_eq!(
+            check_body(configmaps, Some("a"), None, &mut other_ns)
+                .err()
+                .map(|e| e.code),
+            Some(400)
+        );
         let mut other_kind = json!({"kind": "Secret", "metadata": {"name": "a"}});
-        assert_eq!(check_body(configmaps, Some("a"), None, &mut other_kind).err().map(|e| e.code), Some(400));
+        assert_eq!(
+            check_body(configmaps, Some("a"), None, &mut other_kind)
+                .err()
+                .map(|e| e.code),
+            Some(400)
+        );
         let mut other_name = json!({"metadata": {"name": "a"}});
-        assert_eq!(check_body(configmaps, Some("n"), Some("b"), &mut other_name).err().map(|e| e.code), Some(400));
+        assert_eq!(
+            check_body(configmaps, Some("n"), Some("b"), &mut other_name)
+                .err()
+                .map(|e| e.code),
+            Some(400)
+        );
         let mut bare = json!({"metadata": {"name": "a"}});
         check_body(configmaps, Some("n"), None, &mut bare).expect("fills in");
         assert_eq!(bare["metadata"]["namespace"], "n");
@@ -609,13 +711,30 @@ mod tests {
     #[test]
     fn strict_validation_rejects_unknown_fields_and_warn_reports_them() {
         let configmaps = catalog::find("", "v1", "configmaps").expect("cm");
-        let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "dat": {}});
+        let body =
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "dat": {}});
         let body_with_unknown = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "spec": {"x": 1}});
         assert!(canonicalize(configmaps, &body, &[], FieldValidation::Strict).is_ok());
-        let error = canonicalize(configmaps, &body_with_unknown, &[], FieldValidation::Strict).expect_err("strict");
-        assert_eq!(error.message, "strict decoding error: unknown field \"spec\"");
-        let (_, warnings) = canonicalize(configmaps, &body_with_unknown, &["metadata.name".into()], FieldValidation::Warn).expect("warn");
-        assert_eq!(warnings, vec!["unknown field \"spec\"", "duplicate field \"metadata.name\""]);
+        let error = canonicalize(configmaps, &body_with_unknown, &[], FieldValidation::Strict)
+            .expect_err("strict");
+        assert_eq!(
+            error.message,
+            "strict decoding error: unknown field \"spec\""
+        );
+        let (_, warnings) = canonicalize(
+            configmaps,
+            &body_with_unknown,
+            &["metadata.name".into()],
+            FieldValidation::Warn,
+        )
+        .expect("warn");
+        assert_eq!(
+            warnings,
+            vec![
+                "unknown field \"spec\"",
+                "duplicate field \"metadata.name\""
+            ]
+        );
     }
 
     #[test]
@@ -624,9 +743,13 @@ mod tests {
         let plain = json!({"metadata": {"name": "a"}});
         assert!(pending_deletion(configmaps, &plain, &DeleteOptions::default()).is_none());
         let held = json!({"metadata": {"name": "a", "finalizers": ["x/y"]}});
-        let marked = pending_deletion(configmaps, &held, &DeleteOptions::default()).expect("marked");
+        let marked =
+            pending_deletion(configmaps, &held, &DeleteOptions::default()).expect("marked");
         assert!(object::is_deleting(&marked));
-        let orphan = DeleteOptions { propagation_policy: Some("Orphan".into()), ..DeleteOptions::default() };
+        let orphan = DeleteOptions {
+            propagation_policy: Some("Orphan".into()),
+            ..DeleteOptions::default()
+        };
         let marked = pending_deletion(configmaps, &plain, &orphan).expect("orphan finalizer");
         assert_eq!(object::finalizers(&marked), vec!["orphan"]);
     }

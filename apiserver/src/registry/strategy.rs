@@ -43,7 +43,9 @@ fn qos_class(pod: &Value) -> &'static str {
         }
         for resource in ["cpu", "memory"] {
             let limit = limits.and_then(|limits| limits.get(resource));
-            let request = requests.and_then(|requests| requests.get(resource)).or(limit);
+            let request = requests
+                .and_then(|requests| requests.get(resource))
+                .or(limit);
             if limit.is_none() || request != limit {
                 guaranteed = false;
             }
@@ -192,7 +194,10 @@ mod tests {
             {"name": "c", "image": "x", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}
         ]}, "status": {"phase": "Running"}});
         prepare_for_create(pods, &mut pod);
-        assert_eq!(pod["status"], json!({"phase": "Pending", "qosClass": "Guaranteed"}));
+        assert_eq!(
+            pod["status"],
+            json!({"phase": "Pending", "qosClass": "Guaranteed"})
+        );
         assert_ne!(pod["metadata"]["uid"], "forged");
         assert!(pod["metadata"].get("generation").is_none());
     }
@@ -217,10 +222,12 @@ mod tests {
     fn the_main_resource_keeps_status_and_status_keeps_the_rest() {
         let deployments = catalog::find("apps", "v1", "deployments").expect("deployments");
         let old = json!({"metadata": {"name": "d", "generation": 1}, "spec": {"replicas": 1}, "status": {"replicas": 1}});
-        let mut through_main = json!({"metadata": {"name": "d"}, "spec": {"replicas": 1}, "status": {"replicas": 9}});
+        let mut through_main =
+            json!({"metadata": {"name": "d"}, "spec": {"replicas": 1}, "status": {"replicas": 9}});
         prepare_for_update(deployments, None, &mut through_main, &old);
         assert_eq!(through_main["status"]["replicas"], 1);
-        let mut through_status = json!({"metadata": {"name": "d"}, "spec": {"replicas": 5}, "status": {"replicas": 2}});
+        let mut through_status =
+            json!({"metadata": {"name": "d"}, "spec": {"replicas": 5}, "status": {"replicas": 2}});
         prepare_for_update(deployments, Some("status"), &mut through_status, &old);
         assert_eq!(through_status["spec"]["replicas"], 1);
         assert_eq!(through_status["status"]["replicas"], 2);

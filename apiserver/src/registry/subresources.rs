@@ -21,7 +21,11 @@ fn selector_string(selector: &Value) -> String {
             }
         }
     }
-    for expression in selector["matchExpressions"].as_array().into_iter().flatten() {
+    for expression in selector["matchExpressions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
         let key = expression["key"].as_str().unwrap_or("");
         let values: Vec<&str> = expression["values"]
             .as_array()
@@ -43,7 +47,13 @@ fn selector_string(selector: &Value) -> String {
 pub fn scale_of(parent: &Value) -> Value {
     let metadata = &parent["metadata"];
     let mut scale_meta = json!({});
-    for field in ["name", "namespace", "uid", "resourceVersion", "creationTimestamp"] {
+    for field in [
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+    ] {
         if let Some(value) = metadata.get(field) {
             scale_meta[field] = value.clone();
         }
@@ -62,7 +72,12 @@ pub fn scale_of(parent: &Value) -> Value {
 
 impl Registry {
     /// GET of `/scale`.
-    pub async fn get_scale(&self, info: &ResourceInfo, namespace: Option<&str>, name: &str) -> Result<Value> {
+    pub async fn get_scale(
+        &self,
+        info: &ResourceInfo,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value> {
         Ok(scale_of(&self.get(info, namespace, name).await?))
     }
 
@@ -150,7 +165,11 @@ impl Registry {
         }
         self.update_with(pods, namespace, name, None, write, |current| {
             if object::is_deleting(current) {
-                return Err(ApiError::conflict(pods, name, "pod is being deleted, cannot be assigned to a host"));
+                return Err(ApiError::conflict(
+                    pods,
+                    name,
+                    "pod is being deleted, cannot be assigned to a host",
+                ));
             }
             let assigned = current["spec"]["nodeName"].as_str().unwrap_or("");
             if !assigned.is_empty() {

@@ -81,7 +81,10 @@ impl Registry {
         let filter = Filter::new(info, options)?;
         let prefix = list_prefix(info, namespace, &filter);
         let (sender, receiver) = mpsc::channel(256);
-        let replay = options.resource_version.as_deref().is_none_or(|rv| rv == "0")
+        let replay = options
+            .resource_version
+            .as_deref()
+            .is_none_or(|rv| rv == "0")
             || options.send_initial_events;
         let mut start_revision = match options.resource_version.as_deref() {
             None | Some("0") | Some("") => 0,
@@ -123,13 +126,19 @@ impl Registry {
                 }
             };
             for object in initial {
-                let event = WatchEvent { kind: WatchEventKind::Added, object };
+                let event = WatchEvent {
+                    kind: WatchEventKind::Added,
+                    object,
+                };
                 if sender.send(event).await.is_err() {
                     return;
                 }
             }
             if initial_events_end
-                && sender.send(bookmark(info, start_revision, true)).await.is_err()
+                && sender
+                    .send(bookmark(info, start_revision, true))
+                    .await
+                    .is_err()
             {
                 return;
             }
@@ -188,19 +197,27 @@ fn translate(filter: &Filter, event: rudder_storage::Event) -> Option<WatchEvent
     match event.kind {
         EventKind::Delete => {
             let old = old?;
-            filter.matches(&old).then_some(WatchEvent { kind: WatchEventKind::Deleted, object: old })
+            filter.matches(&old).then_some(WatchEvent {
+                kind: WatchEventKind::Deleted,
+                object: old,
+            })
         }
         EventKind::Put => {
             let new = decode(&event.kv.value)?;
             let new_matches = filter.matches(&new);
             match old.map(|old| filter.matches(&old)) {
-                None | Some(false) if new_matches => {
-                    Some(WatchEvent { kind: WatchEventKind::Added, object: new })
-                }
-                Some(true) if new_matches => {
-                    Some(WatchEvent { kind: WatchEventKind::Modified, object: new })
-                }
-                Some(true) => Some(WatchEvent { kind: WatchEventKind::Deleted, object: new }),
+                None | Some(false) if new_matches => Some(WatchEvent {
+                    kind: WatchEventKind::Added,
+                    object: new,
+                }),
+                Some(true) if new_matches => Some(WatchEvent {
+                    kind: WatchEventKind::Modified,
+                    object: new,
+                }),
+                Some(true) => Some(WatchEvent {
+                    kind: WatchEventKind::Deleted,
+                    object: new,
+                }),
                 _ => None,
             }
         }

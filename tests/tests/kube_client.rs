@@ -1,0 +1,369 @@
+//! kube-rs against the apiserver on every storage driver: typed CRUD through `kube::Api`,
+//! errors as `Status`, a kube-runtime watcher that must see every event, and two apiservers on
+//! one shared store where a watch on one sees writes made through the other.
+
+// Test code: a failed expectation is meant to panic.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Api, Client};
+use rudder_apiserver::server::{self, Config, Running};
+use rudder_storage::testing::{self, Harness};
+use serde_json::json;
+
+async fn start(harness: &dyn Harness) -> (Running, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::new(harness.url(), dir.path());
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    (server::start(config).await.unwrap(), dir)
+}
+
+async fn client(running: &Running) -> Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(&running.kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+fn configmap(name: &str, value: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(BTreeMap::from([("suite".to_string(), "kube".to_string())])),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("key".to_string(), value.to_string())])),
+        ..Default::default()
+    }
+}
+
+async fn crud(harness: Box<dyn Harness>) {
+    let (running, _dir) = start(harness.as_ref()).await;
+    let client = client(&running).await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let names: Vec<String> = namespaces
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|ns| ns.metadata.name)
+        .collect();
+    for system in ["default", "kube-node-lease", "kube-public", "kube-system"] {
+        assert!(names.contains(&system.to_string()), "{names:?}");
+    }
+
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let created = api
+        .create(&PostParams::default(), &configmap("one", "1"))
+        .await
+        .unwrap();
+    let uid = created.metadata.uid.clone().unwrap();
+    assert!(created.metadata.creation_timestamp.is_some());
+    let first_version = created.metadata.resource_version.clone().unwrap();
+
+    let error = api
+        .create(&PostParams::default(), &configmap("one", "1"))
+        .await
+        .unwrap_err();
+    match error {
+        kube::Error::Api(status) => {
+            assert_eq!(status.code, 409);
+            assert_eq!(status.reason, "AlreadyExists");
+        }
+        other => panic!("expected a Status, got {other:?}"),
+    }
+
+    let mut fetched = api.get("one").await.unwrap();
+    assert_eq!(fetched.metadata.uid.as_deref(), Some(uid.as_str()));
+    fetched.data = Some(BTreeMap::from([("key".to_string(), "2".to_string())]));
+    let replaced = api
+        .replace("one", &PostParams::default(), &fetched)
+        .await
+        .unwrap();
+    assert_ne!(
+        replaced.metadata.resource_version.as_deref(),
+        Some(first_version.as_str())
+    );
+
+    // The first read's resourceVersion is stale now: a replace with it conflicts.
+    let mut stale = created.clone();
+    stale.data = Some(BTreeMap::from([("key".to_string(), "3".to_string())]));
+    match api
+        .replace("one", &PostParams::default(), &stale)
+        .await
+        .unwrap_err()
+    {
+        kube::Error::Api(status) => {
+            assert_eq!((status.code, status.reason.as_str()), (409, "Conflict"))
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+
+    let patched = api
+        .patch(
+            "one",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"patched": "yes"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched.metadata.labels.unwrap()["patched"], "yes");
+    let patched = api
+        .patch(
+            "one",
+            &PatchParams::default(),
+            &Patch::Json::<()>(
+                serde_json::from_value(json!([
+                    {"op": "replace", "path": "/data/key", "value": "json"}
+                ]))
+                .unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched.data.unwrap()["key"], "json");
+
+    for index in 0..5 {
+        api.create(
+            &PostParams::default(),
+            &configmap(&format!("page-{index}"), "x"),
+        )
+        .await
+        .unwrap();
+    }
+    let page = api
+        .list(&ListParams::default().labels("suite=kube").limit(2))
+        .await
+        .unwrap();
+    assert_eq!(page.items.len(), 2);
+    let token = page.metadata.continue_.clone().unwrap();
+    let mut seen = page.items.len();
+    let mut next = Some(token);
+    while let Some(token) = next {
+        let page = api
+            .list(
+                &ListParams::default()
+                    .labels("suite=kube")
+                    .limit(2)
+                    .continue_token(&token),
+            )
+            .await
+            .unwrap();
+        seen += page.items.len();
+        next = page.metadata.continue_.filter(|token| !token.is_empty());
+    }
+    assert_eq!(seen, 6);
+
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}}
+    }))
+    .unwrap();
+    let created = deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
+    let spec = created.spec.unwrap();
+    assert_eq!(spec.replicas, Some(1));
+    assert_eq!(spec.revision_history_limit, Some(10));
+    let container = &spec.template.spec.unwrap().containers[0];
+    assert_eq!(container.image_pull_policy.as_deref(), Some("IfNotPresent"));
+    let scale = deployments.get_scale("web").await.unwrap();
+    assert_eq!(scale.spec.unwrap().replicas, Some(1));
+    deployments
+        .patch_scale(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 4}})),
+        )
+        .await
+        .unwrap();
+    let scaled = deployments.get("web").await.unwrap();
+    assert_eq!(scaled.spec.unwrap().replicas, Some(4));
+    assert_eq!(scaled.metadata.generation, Some(2));
+
+    api.delete("one", &DeleteParams::default()).await.unwrap();
+    match api.get("one").await.unwrap_err() {
+        kube::Error::Api(status) => {
+            assert_eq!(status.code, 404);
+            assert_eq!(status.message, "configmaps \"one\" not found");
+        }
+        other => panic!("expected NotFound, got {other:?}"),
+    }
+    running.stop().await.unwrap();
+    harness.cleanup().await;
+}
+
+/// Collects watcher events until `done` says the expected ones arrived (or time runs out).
+async fn watch_everything(harness: Box<dyn Harness>) {
+    let (running, _dir) = start(harness.as_ref()).await;
+    let client = client(&running).await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let events = watcher(
+        api.clone(),
+        watcher::Config::default().labels("suite=watch"),
+    )
+    .applied_objects_or_deleted();
+    let writer = tokio::spawn({
+        let api = api.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            for index in 0..20 {
+                let mut cm = configmap(&format!("w-{index}"), "0");
+                cm.metadata.labels = Some(BTreeMap::from([("suite".into(), "watch".into())]));
+                api.create(&PostParams::default(), &cm).await.unwrap();
+                api.patch(
+                    &format!("w-{index}"),
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"data": {"key": "1"}})),
+                )
+                .await
+                .unwrap();
+            }
+            for index in 0..20 {
+                api.delete(&format!("w-{index}"), &DeleteParams::default())
+                    .await
+                    .unwrap();
+            }
+        }
+    });
+    let mut seen: Vec<(String, String)> = Vec::new();
+    let mut stream = std::pin::pin!(events);
+    let collect = async {
+        while let Some(event) = stream.try_next().await.unwrap() {
+            match event {
+                Event::Applied(cm) => {
+                    let value = cm
+                        .data
+                        .unwrap_or_default()
+                        .get("key")
+                        .cloned()
+                        .unwrap_or_default();
+                    seen.push((cm.metadata.name.unwrap(), format!("applied {value}")));
+                }
+                Event::Deleted(cm) => seen.push((cm.metadata.name.unwrap(), "deleted".into())),
+            }
+            if seen.iter().filter(|(_, what)| what == "deleted").count() == 20 {
+                break;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), collect)
+        .await
+        .unwrap();
+    writer.await.unwrap();
+    for index in 0..20 {
+        let name = format!("w-{index}");
+        let history: Vec<&str> = seen
+            .iter()
+            .filter(|(n, _)| *n == name)
+            .map(|(_, what)| what.as_str())
+            .collect();
+        assert_eq!(
+            history,
+            vec!["applied 0", "applied 1", "deleted"],
+            "{name}: {history:?}"
+        );
+    }
+    running.stop().await.unwrap();
+    harness.cleanup().await;
+}
+
+/// What `applied_objects_or_deleted` yields.
+enum Event {
+    Applied(ConfigMap),
+    Deleted(ConfigMap),
+}
+
+trait AppliedOrDeleted {
+    fn applied_objects_or_deleted(
+        self,
+    ) -> impl futures::Stream<Item = Result<Event, watcher::Error>>;
+}
+
+impl<S> AppliedOrDeleted for S
+where
+    S: futures::Stream<Item = Result<watcher::Event<ConfigMap>, watcher::Error>>,
+{
+    fn applied_objects_or_deleted(
+        self,
+    ) -> impl futures::Stream<Item = Result<Event, watcher::Error>> {
+        self.map_ok(|event| {
+            futures::stream::iter(match event {
+                watcher::Event::Apply(cm) | watcher::Event::InitApply(cm) => {
+                    vec![Ok(Event::Applied(cm))]
+                }
+                watcher::Event::Delete(cm) => vec![Ok(Event::Deleted(cm))],
+                watcher::Event::Init | watcher::Event::InitDone => vec![],
+            })
+        })
+        .try_flatten()
+    }
+}
+
+/// Two apiservers on one store: a watch through one sees a write through the other.
+async fn two_servers_share_watches(harness: Box<dyn Harness>) {
+    let (first, _first_dir) = start(harness.as_ref()).await;
+    let (second, _second_dir) = start(harness.as_ref()).await;
+    let watching: Api<ConfigMap> = Api::namespaced(client(&first).await, "default");
+    let writing: Api<ConfigMap> = Api::namespaced(client(&second).await, "default");
+    let mut events = std::pin::pin!(watcher(
+        watching,
+        watcher::Config::default().labels("suite=kube")
+    )
+    .applied_objects_or_deleted());
+    // Wait for the initial list to finish before writing.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    writing
+        .create(&PostParams::default(), &configmap("across", "x"))
+        .await
+        .unwrap();
+    let event = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Some(Event::Applied(cm)) = events.try_next().await.unwrap() {
+                if cm.metadata.name.as_deref() == Some("across") {
+                    return cm;
+                }
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(event.data.unwrap()["key"], "x");
+    first.stop().await.unwrap();
+    second.stop().await.unwrap();
+    harness.cleanup().await;
+}
+
+macro_rules! on_every_driver {
+    ($check:ident; $($name:ident => $driver:ident),+ $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                let Some(harness) = testing::$driver().await else { return };
+                $check(harness).await;
+            }
+        )+
+    };
+}
+
+on_every_driver!(crud; crud_works_on_sqlite => sqlite, crud_works_on_postgres => postgres, crud_works_on_etcd => etcd);
+on_every_driver!(watch_everything;
+    a_watcher_sees_every_event_on_sqlite => sqlite,
+    a_watcher_sees_every_event_on_postgres => postgres,
+    a_watcher_sees_every_event_on_etcd => etcd);
+on_every_driver!(two_servers_share_watches;
+    two_servers_on_one_postgres_share_watches => postgres,
+    two_servers_on_one_etcd_share_watches => etcd);
