@@ -2,8 +2,9 @@
 //!
 //! `server` (the Kubernetes API over a store), `kubeconfig` (print its admin kubeconfig),
 //! `etcd` (the etcd v3 gateway over a store), `version`, `storage check` (open a storage URL,
-//! apply migrations, print the store's status) and `bench storage` (the storage workloads on
-//! each driver side by side with real etcd).
+//! apply migrations, print the store's status), `bench storage` (the storage workloads on
+//! each driver side by side with real etcd) and `bench api` (creates and lists through the
+//! Kubernetes API over HTTPS, an in-process apiserver per driver, side by side with etcd).
 
 mod bench;
 mod serve;
@@ -59,6 +60,9 @@ enum BenchCommand {
     /// Storage workloads (create, update, get, list, watch, compact) on each driver,
     /// interleaved in one run, with ratios to real etcd.
     Storage(bench::StorageBenchArgs),
+    /// Kubernetes API workloads over HTTPS (ConfigMap creates by concurrent clients, full and
+    /// paged LISTs of many pods) on an in-process apiserver per driver, with ratios to etcd.
+    Api(bench::api::ApiBenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -93,6 +97,9 @@ fn main() -> ExitCode {
             Command::Bench {
                 command: BenchCommand::Storage(args),
             } => bench::run(args).await,
+            Command::Bench {
+                command: BenchCommand::Api(args),
+            } => bench::api::run(args).await,
         }
     });
     match result {

@@ -278,8 +278,6 @@ fn collect_unknown(input: &Value, canonical: &Value, path: &str, found: &mut BTr
                 match canonical.get(key) {
                     Some(kept) => collect_unknown(value, kept, &path, found),
                     None if value.is_null() => {}
-                    // Empty objects and lists may be dropped by omitempty without being unknown.
-                    None if is_empty_container(value) => {}
                     None => {
                         found.insert(path);
                     }
@@ -292,14 +290,6 @@ fn collect_unknown(input: &Value, canonical: &Value, path: &str, found: &mut BTr
             }
         }
         _ => {}
-    }
-}
-
-fn is_empty_container(value: &Value) -> bool {
-    match value {
-        Value::Object(map) => map.is_empty(),
-        Value::Array(items) => items.is_empty(),
-        _ => false,
     }
 }
 

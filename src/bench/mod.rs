@@ -3,8 +3,11 @@
 //! the subjects run round-robin, in an order that rotates from round to round, so machine drift
 //! hits them alike; every figure is also given as a ratio to real etcd measured in the same run.
 //! This file has the flags and the driver loop; `workloads` the traffic, `subjects` what is
-//! measured, `report` the figures and files, `charts` the pictures.
+//! measured, `report` the figures and files, `charts` the pictures. `api` (with `api_report`)
+//! is `rudder bench api`, the same idea through the Kubernetes API over HTTPS.
 
+pub mod api;
+mod api_report;
 mod charts;
 mod report;
 mod subjects;

@@ -4,6 +4,10 @@
 
 use std::process::{Command, Output};
 
+pub mod server;
+
+pub use server::RudderServer;
+
 /// Runs `binary` with `args` and returns its output.
 pub fn run(binary: &str, args: &[&str]) -> Output {
     Command::new(binary)

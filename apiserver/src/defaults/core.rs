@@ -221,11 +221,8 @@ fn default_namespace(obj: &mut Value) {
             labels["kubernetes.io/metadata.name"] = Value::from(name);
         }
     }
-    if let Some(spec) = ensure_obj(obj, "spec") {
-        if is_empty(spec, "finalizers") {
-            spec["finalizers"] = json!(["kubernetes"]);
-        }
-    }
+    // spec.finalizers ["kubernetes"] is set on create only (the registry's strategy does it):
+    // defaulting runs on every update, and must not bring back a finalizer that was removed.
     if let Some(status) = ensure_obj(obj, "status") {
         set_str_if_empty(status, "phase", "Active");
     }
@@ -337,7 +334,7 @@ mod tests {
             ns,
             json!({
             "metadata": {"name": "dev", "labels": {"kubernetes.io/metadata.name": "dev"}},
-            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}})
+            "status": {"phase": "Active"}})
         );
     }
 

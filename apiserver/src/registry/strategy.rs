@@ -84,7 +84,17 @@ pub(super) fn prepare_for_create(info: &ResourceInfo, object: &mut Value) {
             let qos = qos_class(object);
             object["status"] = json!({"phase": "Pending", "qosClass": qos});
         }
-        ("", "Namespace") => object["status"] = json!({"phase": "Active"}),
+        ("", "Namespace") => {
+            object["status"] = json!({"phase": "Active"});
+            let mut finalizers: Vec<Value> = object["spec"]["finalizers"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if !finalizers.iter().any(|f| f == "kubernetes") {
+                finalizers.push(json!("kubernetes"));
+            }
+            object["spec"] = json!({"finalizers": finalizers});
+        }
         ("", "PersistentVolume" | "PersistentVolumeClaim") => {
             object["status"] = json!({"phase": "Pending"})
         }

@@ -1,0 +1,120 @@
+//! A real `rudder server` process for end-to-end tests: started on a free port with a
+//! temporary data dir and a given storage URL, driven with the installed kubectl binaries, and
+//! killed when dropped.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Where the Google Cloud SDK installs one kubectl per minor version (`kubectl.1.27` …).
+pub const KUBECTL_DIR: &str = "/usr/lib/google-cloud-sdk/bin";
+
+/// How long a server gets to write its kubeconfig and answer `/readyz`.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A running `rudder server`; killed (and its data dir removed) on drop.
+pub struct RudderServer {
+    child: Child,
+    dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+}
+
+impl RudderServer {
+    /// Starts `binary server` (pass `env!("CARGO_BIN_EXE_rudder")`) on `127.0.0.1:0` over
+    /// `storage_url`, and waits until it has written its admin kubeconfig and `/readyz`
+    /// answers `ok`. Panics, with the server's log, if it exits or never becomes ready.
+    pub fn start(binary: &str, storage_url: &str) -> RudderServer {
+        let dir = tempfile::tempdir().expect("temporary data dir");
+        let log = std::fs::File::create(dir.path().join("server.log")).expect("server log file");
+        let child = Command::new(binary)
+            .arg("server")
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(["--listen", "127.0.0.1:0", "--storage", storage_url])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("server log file"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|error| panic!("cannot run {binary}: {error}"));
+        let kubeconfig = dir.path().join("data").join("kubeconfig.yaml");
+        let mut server = RudderServer {
+            child,
+            dir,
+            kubeconfig,
+        };
+        server.wait_ready();
+        server
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "rudder server exited ({status}) before it was ready; its log:\n{}",
+                    self.log()
+                );
+            }
+            // The file is written whole once the server listens and has bootstrapped.
+            let written = std::fs::read_to_string(&self.kubeconfig)
+                .is_ok_and(|text| text.contains("current-context"));
+            if written {
+                let output = self.kubectl("1.33", &["get", "--raw", "/readyz"]);
+                if output.status.success() && output.stdout == b"ok" {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "rudder server was not ready within {START_TIMEOUT:?}; its log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The admin kubeconfig the server wrote.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// What the server has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
+    /// A `kubectl.<version>` command (e.g. version `"1.27"`) aimed at this server with its
+    /// admin kubeconfig and a discovery cache of its own, for callers that spawn it.
+    pub fn kubectl_command(&self, version: &str) -> Command {
+        let mut command = Command::new(format!("{KUBECTL_DIR}/kubectl.{version}"));
+        command
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("KUBECACHEDIR", self.dir.path().join("kube-cache"))
+            .env_remove("KUBECTL_EXTERNAL_DIFF")
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// Runs `kubectl.<version> args…` against this server and returns its output.
+    pub fn kubectl(&self, version: &str, args: &[&str]) -> Output {
+        self.kubectl_command(version)
+            .args(args)
+            .output()
+            .unwrap_or_else(|error| panic!("cannot run kubectl.{version}: {error}"))
+    }
+
+    /// A file in the server's temporary directory holding `contents` (manifests for `-f`).
+    pub fn write_file(&self, name: &str, contents: &str) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, contents).expect("write a file in the temporary dir");
+        path
+    }
+}
+
+impl Drop for RudderServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
