@@ -40,7 +40,7 @@ pub struct ApiError {
     pub code: u16,
     pub reason: &'static str,
     pub message: String,
-    pub details: Option<Details>,
+    pub details: Option<Box<Details>>,
     /// A fresh continue token, for the 410 of a list whose token outlived its revision.
     pub continue_token: Option<String>,
 }
@@ -62,13 +62,13 @@ pub fn qualified(info: &ResourceInfo) -> String {
     }
 }
 
-fn object_details(info: &ResourceInfo, name: &str) -> Option<Details> {
-    Some(Details {
+fn object_details(info: &ResourceInfo, name: &str) -> Option<Box<Details>> {
+    Some(Box::new(Details {
         name: name.to_string(),
         group: info.group.to_string(),
         kind: info.plural.to_string(),
         ..Details::default()
-    })
+    }))
 }
 
 impl ApiError {
@@ -107,11 +107,11 @@ impl ApiError {
 
     pub fn namespace_not_found(name: &str) -> Self {
         Self {
-            details: Some(Details {
+            details: Some(Box::new(Details {
                 name: name.to_string(),
                 kind: "namespaces".into(),
                 ..Details::default()
-            }),
+            })),
             ..Self::new(404, "NotFound", format!("namespaces \"{name}\" not found"))
         }
     }
@@ -208,23 +208,23 @@ impl ApiError {
             code: 422,
             reason: "Invalid",
             message: format!("{kind} \"{name}\" is invalid: {summary}"),
-            details: Some(Details {
+            details: Some(Box::new(Details {
                 name: name.to_string(),
                 group: group.to_string(),
                 kind: kind.to_string(),
                 causes,
                 retry_after_seconds: None,
-            }),
+            })),
             continue_token: None,
         }
     }
 
     pub fn too_many_requests(message: impl Into<String>) -> Self {
         Self {
-            details: Some(Details {
+            details: Some(Box::new(Details {
                 retry_after_seconds: Some(1),
                 ..Details::default()
-            }),
+            })),
             ..Self::new(429, "TooManyRequests", message)
         }
     }

@@ -11,7 +11,11 @@ use kube::Client;
 use rudder_apiserver::server::{self, Config, Running};
 use serde_json::Value;
 
-async fn start() -> (Running, tempfile::TempDir, Box<dyn rudder_storage::testing::Harness>) {
+async fn start() -> (
+    Running,
+    tempfile::TempDir,
+    Box<dyn rudder_storage::testing::Harness>,
+) {
     let harness = rudder_storage::testing::sqlite().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut config = Config::new(harness.url(), dir.path());
@@ -28,17 +32,32 @@ async fn client(running: &Running) -> Client {
 }
 
 /// Sends a request and returns (HTTP status, body as JSON).
-async fn send(client: &Client, method: Method, uri: &str, content_type: &str, body: Vec<u8>) -> (u16, Value) {
+async fn send(
+    client: &Client,
+    method: Method,
+    uri: &str,
+    content_type: &str,
+    body: Vec<u8>,
+) -> (u16, Value) {
     let request = Request::builder()
         .method(method)
         .uri(uri)
         .header("content-type", content_type)
         .body(body)
         .unwrap();
-    let response = client.send(request.map(kube::client::Body::from)).await.unwrap();
+    let response = client
+        .send(request.map(kube::client::Body::from))
+        .await
+        .unwrap();
     let status = response.status().as_u16();
-    let bytes = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    let bytes = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
 }
 
 fn assert_status(case: &str, (code, body): &(u16, Value), expected_code: u16, reason: &str) {
@@ -55,39 +74,318 @@ async fn bad_requests_get_the_right_status() {
     let cms = "/api/v1/namespaces/default/configmaps";
     let json = "application/json";
 
-    assert_status("truncated JSON", &send(&client, Method::POST, cms, json, b"{\"metadata\":".to_vec()).await, 400, "BadRequest");
-    assert_status("malformed YAML", &send(&client, Method::POST, cms, "application/yaml", b"metadata: [x".to_vec()).await, 400, "BadRequest");
-    assert_status("protobuf without its magic", &send(&client, Method::POST, cms, "application/vnd.kubernetes.protobuf", b"garbage".to_vec()).await, 400, "BadRequest");
-    assert_status("an unknown content type", &send(&client, Method::POST, cms, "text/plain", b"x".to_vec()).await, 415, "UnsupportedMediaType");
-    assert_status("a wrong field type", &send(&client, Method::POST, cms, json, br#"{"metadata":{"name":"a"},"data":{"k":1}}"#.to_vec()).await, 400, "BadRequest");
-    assert_status("another kind in the body", &send(&client, Method::POST, cms, json, br#"{"kind":"Secret","apiVersion":"v1","metadata":{"name":"a"}}"#.to_vec()).await, 400, "BadRequest");
-    assert_status("another version in the body", &send(&client, Method::POST, cms, json, br#"{"kind":"ConfigMap","apiVersion":"v2","metadata":{"name":"a"}}"#.to_vec()).await, 400, "BadRequest");
-    assert_status("another namespace in the body", &send(&client, Method::POST, cms, json, br#"{"metadata":{"name":"a","namespace":"kube-system"}}"#.to_vec()).await, 400, "BadRequest");
-    let invalid = send(&client, Method::POST, cms, json, br#"{"metadata":{"name":"Bad_Name"}}"#.to_vec()).await;
+    assert_status(
+        "truncated JSON",
+        &send(&client, Method::POST, cms, json, b"{\"metadata\":".to_vec()).await,
+        400,
+        "BadRequest",
+    );
+    assert_status(
+        "malformed YAML",
+        &send(
+            &client,
+            Method::POST,
+            cms,
+            "application/yaml",
+            b"metadata: [x".to_vec(),
+        )
+        .await,
+        400,
+        "BadRequest",
+    );
+    assert_status(
+        "protobuf without its magic",
+        &send(
+            &client,
+            Method::POST,
+            cms,
+            "application/vnd.kubernetes.protobuf",
+            b"garbage".to_vec(),
+        )
+        .await,
+        400,
+        "BadRequest",
+    );
+    assert_status(
+        "an unknown content type",
+        &send(&client, Method::POST, cms, "text/plain", b"x".to_vec()).await,
+        415,
+        "UnsupportedMediaType",
+    );
+    assert_status(
+        "a wrong field type",
+        &send(
+            &client,
+            Method::POST,
+            cms,
+            json,
+            br#"{"metadata":{"name":"a"},"data":{"k":1}}"#.to_vec(),
+        )
+        .await,
+        400,
+        "BadRequest",
+    );
+    assert_status(
+        "another kind in the body",
+        &send(
+            &client,
+            Method::POST,
+            cms,
+            json,
+            br#"{"kind":"Secret","apiVersion":"v1","metadata":{"name":"a"}}"#.to_vec(),
+        )
+        .await,
+        400,
+        "BadRequest",
+    );
+    assert_status(
+        "another version in the body",
+        &send(
+            &client,
+            Method::POST,
+            cms,
+            json,
+            br#"{"kind":"ConfigMap","apiVersion":"v2","metadata":{"name":"a"}}"#.to_vec(),
+        )
+        .await,
+        400,
+        "BadRequest",
+    );
+    assert_status(
+        "another namespace in the body",
+        &send(
+            &client,
+            Method::POST,
+            cms,
+            json,
+            br#"{"metadata":{"name":"a","namespace":"kube-system"}}"#.to_vec(),
+        )
+        .await,
+        400,
+        "BadRequest",
+    );
+    let invalid = send(
+        &client,
+        Method::POST,
+        cms,
+        json,
+        br#"{"metadata":{"name":"Bad_Name"}}"#.to_vec(),
+    )
+    .await;
     assert_status("an invalid name", &invalid, 422, "Invalid");
     assert_eq!(invalid.1["details"]["causes"][0]["field"], "metadata.name");
-    let missing_name = send(&client, Method::POST, cms, json, br#"{"metadata":{}}"#.to_vec()).await;
+    let missing_name = send(
+        &client,
+        Method::POST,
+        cms,
+        json,
+        br#"{"metadata":{}}"#.to_vec(),
+    )
+    .await;
     assert_status("no name at all", &missing_name, 422, "Invalid");
-    let big = format!(r#"{{"metadata":{{"name":"big"}},"data":{{"k":"{}"}}}}"#, "x".repeat(3 * 1024 * 1024 + 10));
-    assert_status("a body over 3 MiB", &send(&client, Method::POST, cms, json, big.into_bytes()).await, 413, "RequestEntityTooLarge");
-    assert_status("a strict unknown field", &send(&client, Method::POST, &format!("{cms}?fieldValidation=Strict"), json, br#"{"metadata":{"name":"s"},"spec":{}}"#.to_vec()).await, 400, "BadRequest");
-    assert_status("a strict duplicate field", &send(&client, Method::POST, &format!("{cms}?fieldValidation=Strict"), json, br#"{"metadata":{"name":"d","name":"e"}}"#.to_vec()).await, 400, "BadRequest");
-    assert_status("a missing namespace", &send(&client, Method::POST, "/api/v1/namespaces/nope/configmaps", json, br#"{"metadata":{"name":"a"}}"#.to_vec()).await, 404, "NotFound");
-    assert_status("an unknown resource", &send(&client, Method::GET, "/api/v1/namespaces/default/widgets", json, Vec::new()).await, 404, "NotFound");
-    assert_status("an unknown group version", &send(&client, Method::GET, "/apis/apps/v9/deployments", json, Vec::new()).await, 404, "NotFound");
-    assert_status("a bad label selector", &send(&client, Method::GET, &format!("{cms}?labelSelector=a%20in%20(b"), json, Vec::new()).await, 400, "BadRequest");
-    assert_status("an unsupported field selector", &send(&client, Method::GET, &format!("{cms}?fieldSelector=spec.foo%3Dbar"), json, Vec::new()).await, 400, "BadRequest");
-    assert_status("a forged continue token", &send(&client, Method::GET, &format!("{cms}?limit=1&continue=Zm9yZ2Vk"), json, Vec::new()).await, 400, "BadRequest");
-    assert_status("a bad limit", &send(&client, Method::GET, &format!("{cms}?limit=ten"), json, Vec::new()).await, 400, "BadRequest");
-    assert_status("an invalid JSON patch", &send(&client, Method::PATCH, &format!("{cms}/kube-root"), "application/json-patch+json", b"{".to_vec()).await, 400, "BadRequest");
-    assert_status("a patch of a missing object", &send(&client, Method::PATCH, &format!("{cms}/absent"), "application/merge-patch+json", b"{}".to_vec()).await, 404, "NotFound");
-    assert_status("deleting a system namespace", &send(&client, Method::DELETE, "/api/v1/namespaces/kube-system", json, Vec::new()).await, 403, "Forbidden");
+    let big = format!(
+        r#"{{"metadata":{{"name":"big"}},"data":{{"k":"{}"}}}}"#,
+        "x".repeat(3 * 1024 * 1024 + 10)
+    );
+    assert_status(
+        "a body over 3 MiB",
+        &send(&client, Method::POST, cms, json, big.into_bytes()).await,
+        413,
+        "RequestEntityTooLarge",
+    );
+    assert_status(
+        "a strict unknown field",
+        &send(
+            &client,
+            Method::POST,
+            &format!("{cms}?fieldValidation=Strict"),
+            json,
+            br#"{"metadata":{"name":"s"},"spec":{}}"#.to_vec(),
+        )
+        .await,
+        400,
+        "BadRequest",
+    );
+    assert_status(
+        "a strict duplicate field",
+        &send(
+            &client,
+            Method::POST,
+            &format!("{cms}?fieldValidation=Strict"),
+            json,
+            br#"{"metadata":{"name":"d","name":"e"}}"#.to_vec(),
+        )
+        .await,
+        400,
+        "BadRequest",
+    );
+    assert_status(
+        "a missing namespace",
+        &send(
+            &client,
+            Method::POST,
+            "/api/v1/namespaces/nope/configmaps",
+            json,
+            br#"{"metadata":{"name":"a"}}"#.to_vec(),
+        )
+        .await,
+        404,
+        "NotFound",
+    );
+    assert_status(
+        "an unknown resource",
+        &send(
+            &client,
+            Method::GET,
+            "/api/v1/namespaces/default/widgets",
+            json,
+            Vec::new(),
+        )
+        .await,
+        404,
+        "NotFound",
+    );
+    assert_status(
+        "an unknown group version",
+        &send(
+            &client,
+            Method::GET,
+            "/apis/apps/v9/deployments",
+            json,
+            Vec::new(),
+        )
+        .await,
+        404,
+        "NotFound",
+    );
+    assert_status(
+        "a bad label selector",
+        &send(
+            &client,
+            Method::GET,
+            &format!("{cms}?labelSelector=a%20in%20(b"),
+            json,
+            Vec::new(),
+        )
+        .await,
+        400,
+        "BadRequest",
+    );
+    assert_status(
+        "an unsupported field selector",
+        &send(
+            &client,
+            Method::GET,
+            &format!("{cms}?fieldSelector=spec.foo%3Dbar"),
+            json,
+            Vec::new(),
+        )
+        .await,
+        400,
+        "BadRequest",
+    );
+    assert_status(
+        "a forged continue token",
+        &send(
+            &client,
+            Method::GET,
+            &format!("{cms}?limit=1&continue=Zm9yZ2Vk"),
+            json,
+            Vec::new(),
+        )
+        .await,
+        400,
+        "BadRequest",
+    );
+    assert_status(
+        "a bad limit",
+        &send(
+            &client,
+            Method::GET,
+            &format!("{cms}?limit=ten"),
+            json,
+            Vec::new(),
+        )
+        .await,
+        400,
+        "BadRequest",
+    );
+    assert_status(
+        "an invalid JSON patch",
+        &send(
+            &client,
+            Method::PATCH,
+            &format!("{cms}/kube-root"),
+            "application/json-patch+json",
+            b"{".to_vec(),
+        )
+        .await,
+        400,
+        "BadRequest",
+    );
+    assert_status(
+        "a patch of a missing object",
+        &send(
+            &client,
+            Method::PATCH,
+            &format!("{cms}/absent"),
+            "application/merge-patch+json",
+            b"{}".to_vec(),
+        )
+        .await,
+        404,
+        "NotFound",
+    );
+    assert_status(
+        "deleting a system namespace",
+        &send(
+            &client,
+            Method::DELETE,
+            "/api/v1/namespaces/kube-system",
+            json,
+            Vec::new(),
+        )
+        .await,
+        403,
+        "Forbidden",
+    );
 
     // A patch that renames the object is refused, not applied.
-    let (code, _) = send(&client, Method::POST, cms, json, br#"{"metadata":{"name":"keep"}}"#.to_vec()).await;
+    let (code, _) = send(
+        &client,
+        Method::POST,
+        cms,
+        json,
+        br#"{"metadata":{"name":"keep"}}"#.to_vec(),
+    )
+    .await;
     assert_eq!(code, 201);
-    assert_status("a patch that renames", &send(&client, Method::PATCH, &format!("{cms}/keep"), "application/merge-patch+json", br#"{"metadata":{"name":"other"}}"#.to_vec()).await, 400, "BadRequest");
-    assert_status("a failing JSON patch test", &send(&client, Method::PATCH, &format!("{cms}/keep"), "application/json-patch+json", br#"[{"op":"test","path":"/metadata/name","value":"x"}]"#.to_vec()).await, 422, "Invalid");
+    assert_status(
+        "a patch that renames",
+        &send(
+            &client,
+            Method::PATCH,
+            &format!("{cms}/keep"),
+            "application/merge-patch+json",
+            br#"{"metadata":{"name":"other"}}"#.to_vec(),
+        )
+        .await,
+        400,
+        "BadRequest",
+    );
+    assert_status(
+        "a failing JSON patch test",
+        &send(
+            &client,
+            Method::PATCH,
+            &format!("{cms}/keep"),
+            "application/json-patch+json",
+            br#"[{"op":"test","path":"/metadata/name","value":"x"}]"#.to_vec(),
+        )
+        .await,
+        422,
+        "Invalid",
+    );
     running.stop().await.unwrap();
 }
 
@@ -98,7 +396,14 @@ async fn requests_without_credentials_are_unauthorized_except_health() {
     let mut config = kube::Config::new(format!("https://{}", running.addr).parse().unwrap());
     config.root_cert = Some(vec![pem_to_der(&ca)]);
     let anonymous = Client::try_from(config).unwrap();
-    let (code, body) = send(&anonymous, Method::GET, "/api/v1/namespaces", "application/json", Vec::new()).await;
+    let (code, body) = send(
+        &anonymous,
+        Method::GET,
+        "/api/v1/namespaces",
+        "application/json",
+        Vec::new(),
+    )
+    .await;
     assert_eq!(code, 401, "{body}");
     assert_eq!(body["reason"], "Unauthorized");
     let request = Request::builder().uri("/readyz").body(Vec::new()).unwrap();
@@ -109,6 +414,11 @@ async fn requests_without_credentials_are_unauthorized_except_health() {
 
 fn pem_to_der(pem: &str) -> Vec<u8> {
     use base64::Engine;
-    let body: String = pem.lines().filter(|line| !line.starts_with("-----")).collect();
-    base64::engine::general_purpose::STANDARD.decode(body).unwrap()
+    let body: String = pem
+        .lines()
+        .filter(|line| !line.starts_with("-----"))
+        .collect();
+    base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .unwrap()
 }

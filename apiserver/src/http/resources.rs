@@ -18,7 +18,7 @@ use crate::patch;
 use crate::registry::{self, DeleteOptions, Preconditions, Write};
 use crate::request::{self, ApiPath, ListOptions, Query, RequestInfo, Verb, WriteOptions};
 
-fn header<'a>(headers: &'a HeaderMap, name: http::header::HeaderName) -> Option<&'a str> {
+fn header(headers: &HeaderMap, name: http::header::HeaderName) -> Option<&str> {
     headers.get(name).and_then(|value| value.to_str().ok())
 }
 
@@ -170,9 +170,9 @@ async fn resource(
 ) -> Result<Response> {
     let resource = info.resource;
     if !resource.allows(info.verb.as_str()) {
-        return Err(ApiError::method_not_allowed(format!(
-            "the server does not allow this method on the requested resource"
-        )));
+        return Err(ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        ));
     }
     authorize(state, caller, info)?;
     let output = codec::negotiate(header(headers, http::header::ACCEPT))?;

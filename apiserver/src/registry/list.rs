@@ -144,7 +144,7 @@ impl Registry {
         let mut error = ApiError::timeout(format!(
             "Too large resource version: {revision}, current: {current}"
         ));
-        error.details = Some(crate::error::Details {
+        error.details = Some(Box::new(crate::error::Details {
             causes: vec![crate::error::Cause {
                 reason: "ResourceVersionTooLarge".into(),
                 message: "Too large resource version".into(),
@@ -152,7 +152,7 @@ impl Registry {
             }],
             retry_after_seconds: Some(1),
             ..Default::default()
-        });
+        }));
         Err(error)
     }
 

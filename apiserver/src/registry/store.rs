@@ -712,7 +712,7 @@ mod tests {
     fn strict_validation_rejects_unknown_fields_and_warn_reports_them() {
         let configmaps = catalog::find("", "v1", "configmaps").expect("cm");
         let body =
-            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "dat": {}});
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {}});
         let body_with_unknown = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "spec": {"x": 1}});
         assert!(canonicalize(configmaps, &body, &[], FieldValidation::Strict).is_ok());
         let error = canonicalize(configmaps, &body_with_unknown, &[], FieldValidation::Strict)
