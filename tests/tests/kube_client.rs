@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, Client};
@@ -193,6 +193,45 @@ async fn crud(harness: Box<dyn Harness>) {
     let scaled = deployments.get("web").await.unwrap();
     assert_eq!(scaled.spec.unwrap().replicas, Some(4));
     assert_eq!(scaled.metadata.generation, Some(2));
+
+    // The scheduler's path: bind a pod once; a bound pod is deleted gracefully.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "bound"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}}))
+    .unwrap();
+    let created = pods.create(&PostParams::default(), &pod).await.unwrap();
+    assert_eq!(created.status.unwrap().phase.as_deref(), Some("Pending"));
+    let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "bound"},
+        "target": {"kind": "Node", "name": "node-1"}});
+    let request = http::Request::post("/api/v1/namespaces/default/pods/bound/binding")
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&binding).unwrap())
+        .unwrap();
+    client.request_text(request).await.unwrap();
+    let bound = pods.get("bound").await.unwrap();
+    assert_eq!(bound.spec.unwrap().node_name.as_deref(), Some("node-1"));
+    let conditions = bound.status.unwrap().conditions.unwrap();
+    assert!(conditions
+        .iter()
+        .any(|c| c.type_ == "PodScheduled" && c.status == "True"));
+    let request = http::Request::post("/api/v1/namespaces/default/pods/bound/binding")
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&binding).unwrap())
+        .unwrap();
+    assert!(
+        client.request_text(request).await.is_err(),
+        "a second binding must conflict"
+    );
+    pods.delete("bound", &DeleteParams::default())
+        .await
+        .unwrap();
+    let terminating = pods.get("bound").await.unwrap();
+    assert!(terminating.metadata.deletion_timestamp.is_some());
+    assert_eq!(terminating.metadata.deletion_grace_period_seconds, Some(30));
+    pods.delete("bound", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    assert!(pods.get_opt("bound").await.unwrap().is_none());
 
     api.delete("one", &DeleteParams::default()).await.unwrap();
     match api.get("one").await.unwrap_err() {

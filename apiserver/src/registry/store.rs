@@ -104,7 +104,7 @@ impl Registry {
             }
             strategy::prepare_for_create(info, &mut object);
             strategy::default(info, &mut object);
-            strategy::validate(info, &object, None)?;
+            strategy::validate(info, None, &object, None)?;
             self.admit(
                 info,
                 Operation::Create,
@@ -205,7 +205,7 @@ impl Registry {
             }
             strategy::prepare_for_update(info, subresource, &mut object, &current);
             strategy::default(info, &mut object);
-            strategy::validate(info, &object, Some(&current))?;
+            strategy::validate(info, subresource, &object, Some(&current))?;
             self.admit(
                 info,
                 Operation::Update,

@@ -170,8 +170,18 @@ pub(super) fn default(info: &ResourceInfo, object: &mut Value) {
     defaults::apply(info.group, info.kind, object);
 }
 
-/// Validates a create or update; failures are 422 Invalid with one cause per field.
-pub(super) fn validate(info: &ResourceInfo, object: &Value, old: Option<&Value>) -> Result<()> {
+/// Validates a create or update; failures are 422 Invalid with one cause per field. A
+/// binding sets `spec.nodeName`, which no update through the resource may change, so its own
+/// rule (the pod is not yet bound) is all that applies.
+pub(super) fn validate(
+    info: &ResourceInfo,
+    subresource: Option<&str>,
+    object: &Value,
+    old: Option<&Value>,
+) -> Result<()> {
+    if subresource == Some("binding") {
+        return Ok(());
+    }
     let errors = validation::validate(info.group, info.kind, info.namespaced, object, old);
     if errors.is_empty() {
         return Ok(());

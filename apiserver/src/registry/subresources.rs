@@ -163,7 +163,7 @@ impl Registry {
                 }],
             ));
         }
-        self.update_with(pods, namespace, name, None, write, |current| {
+        self.update_with(pods, namespace, name, Some("binding"), write, |current| {
             if object::is_deleting(current) {
                 return Err(ApiError::conflict(
                     pods,
