@@ -18,6 +18,7 @@ pub mod codec;
 pub mod defaults;
 pub mod error;
 pub mod http;
+pub mod openapi;
 pub mod patch;
 pub mod pki;
 pub mod protobuf;

@@ -12,6 +12,7 @@
 mod discovery;
 mod health;
 pub mod metrics;
+mod openapi;
 mod resources;
 mod respond;
 mod watch;
@@ -82,6 +83,9 @@ pub fn router(state: AppState) -> Router {
         .route("/livez/{check}", axum::routing::get(health::livez_one))
         .route("/readyz", axum::routing::get(health::readyz))
         .route("/readyz/{check}", axum::routing::get(health::readyz_one))
+        .route("/openapi/v2", axum::routing::get(openapi::v2))
+        .route("/openapi/v3", axum::routing::get(openapi::v3_index))
+        .route("/openapi/v3/{*path}", axum::routing::get(openapi::v3_document))
         .route("/api", axum::routing::any(resources::handle))
         .route("/api/{*rest}", axum::routing::any(resources::handle))
         .route("/apis", axum::routing::any(resources::handle))

@@ -1,0 +1,185 @@
+//! The OpenAPI documents kubectl reads: `/openapi/v3` (an index of group-versions),
+//! `/openapi/v3/<api/v1 | apis/<group>/<version>>` (one document per group-version the catalog
+//! serves) and `/openapi/v2` (one swagger 2.0 document). kubectl needs them for `explain`,
+//! `edit`, client-side `apply` and `diff` (strategic merge patches computed from
+//! `x-kubernetes-patch-strategy` / `-merge-key`) and for default `--validate=strict`, which
+//! checks that the `patch` operation of a kind declares the `fieldValidation` parameter.
+//!
+//! The schemas are upstream's own (field docs, types, `required`, list/map/patch metadata),
+//! vendored as data in `apiserver/openapi/definitions.json` (see the README there) and
+//! rewritten into the v3 form by [`schemas`]; the paths are generated from the catalog by
+//! [`paths`]. Every document is built once, on first use, and kept as JSON bytes with a hash
+//! that serves as its ETag and as the `hash` of its URL in the index.
+
+mod paths;
+mod schemas;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+use serde_json::{json, Map, Value};
+
+use self::schemas::Data;
+use crate::catalog::{self, ResourceInfo};
+
+/// The release the documents describe (as `/version` reports it).
+const INFO_VERSION: &str = "v1.33.0";
+
+/// A built document.
+struct Document {
+    bytes: Vec<u8>,
+    hash: String,
+}
+
+impl Document {
+    fn new(value: &Value) -> Self {
+        let bytes = serde_json::to_vec(value).unwrap_or_default();
+        let hash = format!("{:032X}", fnv1a_128(&bytes));
+        Document { bytes, hash }
+    }
+}
+
+static V3: LazyLock<BTreeMap<String, Document>> = LazyLock::new(|| {
+    group_versions()
+        .into_iter()
+        .map(|(group, version)| {
+            let document = Document::new(&v3_value(group, version));
+            (gv_path(group, version), document)
+        })
+        .collect()
+});
+
+static V2: LazyLock<Document> = LazyLock::new(|| Document::new(&v2_value()));
+
+/// `/openapi/v3`: `{"paths": {"api/v1": {"serverRelativeURL": "/openapi/v3/api/v1?hash=<HASH>"},
+/// "apis/apps/v1": {...}, ...}}` for every group-version in the catalog.
+pub fn v3_index() -> Value {
+    let paths: Map<String, Value> = V3
+        .iter()
+        .map(|(path, document)| {
+            let url = format!("/openapi/v3/{path}?hash={}", document.hash);
+            (path.clone(), json!({ "serverRelativeURL": url }))
+        })
+        .collect();
+    json!({ "paths": paths })
+}
+
+/// `/openapi/v3/<api/v1 | apis/<group>/<version>>` (a leading `/` is ignored): the document as
+/// JSON bytes and its hash (an ETag), or `None` when the group-version is not served.
+pub fn v3_document(path: &str) -> Option<(&'static [u8], &'static str)> {
+    let documents: &'static BTreeMap<String, Document> = &V3;
+    let document = documents.get(path.trim_start_matches('/'))?;
+    Some((document.bytes.as_slice(), document.hash.as_str()))
+}
+
+/// `/openapi/v2`: the swagger 2.0 document of everything served, as JSON bytes, and its hash.
+pub fn v2_json() -> (&'static [u8], &'static str) {
+    let document: &'static Document = &V2;
+    (document.bytes.as_slice(), document.hash.as_str())
+}
+
+/// The served group-versions in discovery order (core first).
+fn group_versions() -> Vec<(&'static str, &'static str)> {
+    let mut out: Vec<(&'static str, &'static str)> = Vec::new();
+    for info in catalog::RESOURCES {
+        if !out.contains(&(info.group, info.version)) {
+            out.push((info.group, info.version));
+        }
+    }
+    out
+}
+
+/// `api/v1` or `apis/<group>/<version>`.
+fn gv_path(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
+}
+
+/// The definitions a set of resources needs: their kinds, list kinds and subresource kinds,
+/// the shared meta types, and everything those refer to.
+fn definitions_for(data: &Data, resources: &[&'static ResourceInfo]) -> Vec<String> {
+    let mut roots: Vec<String> = schemas::EXTRA.iter().map(|name| Data::meta(name)).collect();
+    for info in resources {
+        let mut kinds = vec![
+            (info.group, info.version, info.kind.to_string()),
+            (info.group, info.version, info.list_kind()),
+        ];
+        for sub in info.subresources {
+            kinds.push((sub.kind.0, sub.kind.1, sub.kind.2.to_string()));
+        }
+        for (group, version, kind) in kinds {
+            roots.extend(
+                data.definition_of(group, version, &kind)
+                    .map(str::to_string),
+            );
+        }
+    }
+    data.closure(roots).into_iter().collect()
+}
+
+fn info_value() -> Value {
+    json!({ "title": "Kubernetes", "version": INFO_VERSION })
+}
+
+fn bearer_token() -> Value {
+    json!({ "BearerToken": {
+        "description": "Bearer Token authentication",
+        "in": "header",
+        "name": "authorization",
+        "type": "apiKey"
+    }})
+}
+
+/// The v3 document of one group-version.
+fn v3_value(group: &str, version: &str) -> Value {
+    let data = schemas::data();
+    let resources: Vec<&'static ResourceInfo> = catalog::RESOURCES
+        .iter()
+        .filter(|info| info.group == group && info.version == version)
+        .collect();
+    let schemas: Map<String, Value> = definitions_for(data, &resources)
+        .into_iter()
+        .filter_map(|name| data.v3_schema(&name).map(|schema| (name, schema)))
+        .collect();
+    json!({
+        "openapi": "3.0.0",
+        "info": info_value(),
+        "paths": paths::render(data, &resources, true),
+        "components": { "schemas": schemas, "securitySchemes": bearer_token() },
+    })
+}
+
+/// The swagger 2.0 document of every served resource.
+fn v2_value() -> Value {
+    let data = schemas::data();
+    let resources: Vec<&'static ResourceInfo> = catalog::RESOURCES.iter().collect();
+    let definitions: Map<String, Value> = definitions_for(data, &resources)
+        .into_iter()
+        .filter_map(|name| {
+            let schema = data.definitions.get(&name)?.clone();
+            Some((name, schema))
+        })
+        .collect();
+    json!({
+        "swagger": "2.0",
+        "info": info_value(),
+        "paths": paths::render(data, &resources, false),
+        "definitions": definitions,
+        "security": [{ "BearerToken": [] }],
+        "securityDefinitions": bearer_token(),
+    })
+}
+
+/// FNV-1a, 128 bits: a stable content hash for ETags and index URLs.
+fn fnv1a_128(bytes: &[u8]) -> u128 {
+    const OFFSET: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+    const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013b;
+    bytes.iter().fold(OFFSET, |hash, byte| {
+        (hash ^ u128::from(*byte)).wrapping_mul(PRIME)
+    })
+}
