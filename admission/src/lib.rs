@@ -5,11 +5,16 @@
 //! stopping at the first refusal. The chain is two small traits and a loop; the binary
 //! registers plugins explicitly. This crate knows requests only as JSON objects and a few
 //! attributes; it depends on no storage and no HTTP type. Plugins that need to read the cluster
-//! (NamespaceLifecycle reads namespaces) take a small lookup trait the apiserver implements.
+//! (NamespaceLifecycle reads namespaces, Priority reads PriorityClasses) take a small lookup
+//! trait the apiserver implements.
 
 mod namespace_lifecycle;
+mod pod_plugins;
 
 pub use namespace_lifecycle::{NamespaceLifecycle, NamespaceLookup, NamespaceState};
+pub use pod_plugins::{
+    DefaultTolerationSeconds, ObjectReader, Priority, ServiceAccount, SYSTEM_PRIORITY_CLASSES,
+};
 
 use async_trait::async_trait;
 use serde_json::Value;

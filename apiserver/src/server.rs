@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use rudder_admission::{Chain, NamespaceLifecycle};
+use rudder_admission::{
+    Chain, DefaultTolerationSeconds, NamespaceLifecycle, Priority, ServiceAccount,
+};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -140,7 +142,12 @@ pub async fn start(config: Config) -> Result<Running> {
     let addr = listener.local_addr()?;
 
     let namespaces = registry::StoredNamespaces::default();
-    let admission = Chain::new().with_validating(NamespaceLifecycle::new(namespaces.clone()));
+    // Upstream's default order: NamespaceLifecycle first, then the pod plugins.
+    let admission = Chain::new()
+        .with_mutating(ServiceAccount)
+        .with_mutating(Priority::new(namespaces.clone()))
+        .with_mutating(DefaultTolerationSeconds)
+        .with_validating(NamespaceLifecycle::new(namespaces.clone()));
     let registry = Registry::new(storage.clone(), Arc::new(admission), allocators);
     let _ = namespaces.registry.set(registry.clone());
 

@@ -102,6 +102,22 @@ pub async fn bootstrap(registry: &Registry, apiserver_port: u16, advertise: &str
             }
         }
     }
+    let priority_classes =
+        catalog::find("scheduling.k8s.io", "v1", "priorityclasses").ok_or_else(missing)?;
+    for (name, value) in rudder_admission::SYSTEM_PRIORITY_CLASSES {
+        if registry.read(priority_classes, None, name).await?.is_none() {
+            let input = Input {
+                object: json!({"metadata": {"name": name}, "value": value,
+                    "description": "Used for system critical pods that must not be moved from their current node."}),
+                duplicate_fields: Vec::new(),
+            };
+            if let Err(error) = registry.create(priority_classes, None, input, &write).await {
+                if error.code != 409 {
+                    return Err(error);
+                }
+            }
+        }
+    }
     let listed = registry
         .list(namespaces, None, &crate::request::ListOptions::everything())
         .await?;
@@ -224,6 +240,52 @@ impl NamespaceLookup for StoredNamespaces {
                 message: format!("reading namespace {name}: {}", error.message),
             }),
         }
+    }
+}
+
+#[async_trait]
+impl rudder_admission::ObjectReader for StoredNamespaces {
+    async fn get_cluster_object(
+        &self,
+        group: &str,
+        plural: &str,
+        name: &str,
+    ) -> Result<Option<Value>, Denied> {
+        let (Some(registry), Some(version)) = (self.registry.get(), catalog::version_of(group))
+        else {
+            return Ok(None);
+        };
+        let Some(info) = catalog::find(group, version, plural) else {
+            return Ok(None);
+        };
+        registry
+            .read(info, None, name)
+            .await
+            .map(|found| found.map(|(object, _)| object))
+            .map_err(read_failed)
+    }
+
+    async fn list_cluster_objects(&self, group: &str, plural: &str) -> Result<Vec<Value>, Denied> {
+        let (Some(registry), Some(version)) = (self.registry.get(), catalog::version_of(group))
+        else {
+            return Ok(Vec::new());
+        };
+        let Some(info) = catalog::find(group, version, plural) else {
+            return Ok(Vec::new());
+        };
+        registry
+            .list(info, None, &crate::request::ListOptions::everything())
+            .await
+            .map(|listed| listed.items)
+            .map_err(read_failed)
+    }
+}
+
+fn read_failed(error: crate::error::ApiError) -> Denied {
+    Denied {
+        code: 500,
+        reason: "InternalError",
+        message: format!("admission could not read the cluster: {}", error.message),
     }
 }
 
