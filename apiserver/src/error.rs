@@ -159,6 +159,11 @@ impl ApiError {
         }
     }
 
+    /// A 409 Conflict with a message of its own (server-side apply's field conflicts).
+    pub fn conflict_plain(message: impl Into<String>) -> Self {
+        Self::new(409, "Conflict", message)
+    }
+
     pub fn modified(info: &ResourceInfo, name: &str) -> Self {
         Self::conflict(
             info,

@@ -194,6 +194,103 @@ async fn crud(harness: Box<dyn Harness>) {
     assert_eq!(scaled.spec.unwrap().replicas, Some(4));
     assert_eq!(scaled.metadata.generation, Some(2));
 
+    // Server-side apply: creates, tracks managers, conflicts, and yields to force.
+    let applied = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "applied"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "applied"}},
+            "template": {"metadata": {"labels": {"app": "applied"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}}});
+    let first = deployments
+        .patch(
+            "applied",
+            &PatchParams::apply("first"),
+            &Patch::Apply(&applied),
+        )
+        .await
+        .unwrap();
+    let managers: Vec<String> = first
+        .metadata
+        .managed_fields
+        .unwrap()
+        .into_iter()
+        .filter_map(|m| m.manager)
+        .collect();
+    assert_eq!(managers, vec!["first"]);
+    let mut rival = applied.clone();
+    rival["spec"]["replicas"] = json!(5);
+    match deployments
+        .patch(
+            "applied",
+            &PatchParams::apply("second"),
+            &Patch::Apply(&rival),
+        )
+        .await
+        .unwrap_err()
+    {
+        kube::Error::Api(status) => {
+            assert_eq!(status.code, 409);
+            assert!(
+                status.message.contains("conflict with \"first\""),
+                "{}",
+                status.message
+            );
+            assert!(
+                status.message.contains(".spec.replicas"),
+                "{}",
+                status.message
+            );
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    let forced = deployments
+        .patch(
+            "applied",
+            &PatchParams::apply("second").force(),
+            &Patch::Apply(&rival),
+        )
+        .await
+        .unwrap();
+    assert_eq!(forced.spec.unwrap().replicas, Some(5));
+    // A strategic merge patch adds a container by name; a merge patch would replace the list.
+    let strategic = json!({"spec": {"template": {"spec": {"containers": [{"name": "sidecar", "image": "busybox"}]}}}});
+    let patched = deployments
+        .patch(
+            "applied",
+            &PatchParams::default(),
+            &Patch::Strategic(&strategic),
+        )
+        .await
+        .unwrap();
+    let names: Vec<String> = patched
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap()
+        .containers
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    assert_eq!(names, vec!["sidecar", "web"]);
+    let managers: Vec<(String, String)> = patched
+        .metadata
+        .managed_fields
+        .unwrap()
+        .into_iter()
+        .map(|m| {
+            (
+                m.manager.unwrap_or_default(),
+                m.operation.unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert!(
+        managers
+            .iter()
+            .any(|(manager, operation)| operation == "Update" && !manager.is_empty()),
+        "{managers:?}"
+    );
+
     // The scheduler's path: bind a pod once; a bound pod is deleted gracefully.
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "bound"},

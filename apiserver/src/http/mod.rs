@@ -85,7 +85,10 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz/{check}", axum::routing::get(health::readyz_one))
         .route("/openapi/v2", axum::routing::get(openapi::v2))
         .route("/openapi/v3", axum::routing::get(openapi::v3_index))
-        .route("/openapi/v3/{*path}", axum::routing::get(openapi::v3_document))
+        .route(
+            "/openapi/v3/{*path}",
+            axum::routing::get(openapi::v3_document),
+        )
         .route("/api", axum::routing::any(resources::handle))
         .route("/api/{*rest}", axum::routing::any(resources::handle))
         .route("/apis", axum::routing::any(resources::handle))

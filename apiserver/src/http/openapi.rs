@@ -27,7 +27,10 @@ fn cached(body: &'static [u8], hash: &str, headers: &HeaderMap, pinned: bool) ->
     if matches {
         return (
             StatusCode::NOT_MODIFIED,
-            [(http::header::ETAG, etag), (http::header::CACHE_CONTROL, cache.to_string())],
+            [
+                (http::header::ETAG, etag),
+                (http::header::CACHE_CONTROL, cache.to_string()),
+            ],
         )
             .into_response();
     }
@@ -71,7 +74,10 @@ pub async fn v2(headers: HeaderMap) -> Response {
         });
     if accept.contains(V2_PROTOBUF) && !wants_json {
         // Go's mime parser rejects the protobuf type's own name as a response Content-Type.
-        return ([(http::header::CONTENT_TYPE, "application/octet-stream")], Vec::<u8>::new())
+        return (
+            [(http::header::CONTENT_TYPE, "application/octet-stream")],
+            Vec::<u8>::new(),
+        )
             .into_response();
     }
     let (body, hash) = openapi::v2_json();

@@ -148,7 +148,20 @@ fn decode_input(headers: &HeaderMap, bytes: &[u8]) -> Result<registry::Input> {
     })
 }
 
-fn write_of(caller: &crate::authn::UserInfo, options: &WriteOptions) -> Write {
+/// Upstream's default field manager: the user agent up to its first `/`.
+fn default_manager(headers: &HeaderMap) -> Option<String> {
+    let agent = header(headers, http::header::USER_AGENT)?;
+    let prefix: String = agent
+        .split('/')
+        .next()
+        .unwrap_or("")
+        .chars()
+        .take(128)
+        .collect();
+    Some(prefix).filter(|prefix| !prefix.is_empty())
+}
+
+fn write_of(caller: &crate::authn::UserInfo, options: &WriteOptions, headers: &HeaderMap) -> Write {
     Write {
         caller: registry::Caller {
             user: caller.name.clone(),
@@ -156,7 +169,11 @@ fn write_of(caller: &crate::authn::UserInfo, options: &WriteOptions) -> Write {
         },
         dry_run: options.dry_run,
         field_validation: options.field_validation,
-        field_manager: options.field_manager.clone(),
+        field_manager: options
+            .field_manager
+            .clone()
+            .or_else(|| default_manager(headers)),
+        managed_fields_set: false,
     }
 }
 
@@ -210,7 +227,7 @@ async fn resource(
         }
         Verb::Create => {
             let options = WriteOptions::from_query(query)?;
-            let write = write_of(caller, &options);
+            let write = write_of(caller, &options, headers);
             let bytes = read_body(body).await?;
             let input = decode_input(headers, &bytes)?;
             if resource.plural == "selfsubjectaccessreviews" {
@@ -263,7 +280,7 @@ async fn resource(
         }
         Verb::Update => {
             let options = WriteOptions::from_query(query)?;
-            let write = write_of(caller, &options);
+            let write = write_of(caller, &options, headers);
             let name = info.name.as_deref().unwrap_or("");
             let bytes = read_body(body).await?;
             let input = decode_input(headers, &bytes)?;
@@ -300,7 +317,7 @@ async fn resource(
         }
         Verb::Patch => {
             let options = WriteOptions::from_query(query)?;
-            let write = write_of(caller, &options);
+            let write = write_of(caller, &options, headers);
             let name = info.name.as_deref().unwrap_or("");
             let bytes = read_body(body).await?;
             codec::check_size(&bytes)?;
@@ -322,15 +339,33 @@ async fn resource(
                     &[],
                 ));
             }
+            if kind == patch::PatchKind::Apply && options.field_manager.is_none() {
+                return Err(ApiError::bad_request(
+                    "PATCH requests with Apply content type require fieldManager to be set",
+                ));
+            }
             let written = patch::patch(
-                registry, resource, namespace, name, sub, kind, &document, &write,
+                registry,
+                resource,
+                namespace,
+                name,
+                sub,
+                kind,
+                &document,
+                &write,
+                options.force,
             )
             .await?;
+            let status = if written.created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
             Ok(respond::object(
                 resource,
                 output,
                 include,
-                StatusCode::OK,
+                status,
                 &written.object,
                 &written.warnings,
             ))
@@ -340,7 +375,7 @@ async fn resource(
             let (options, dry_run) = delete_options(query, headers, &bytes)?;
             let mut write_options = WriteOptions::from_query(query)?;
             write_options.dry_run |= dry_run;
-            let write = write_of(caller, &write_options);
+            let write = write_of(caller, &write_options, headers);
             if info.verb == Verb::DeleteCollection {
                 let list = ListOptions::from_query(query)?;
                 let deleted = registry

@@ -51,7 +51,17 @@ pub struct Write {
     pub caller: Caller,
     pub dry_run: bool,
     pub field_validation: FieldValidation,
+    /// Who owns the fields this write sets (`fieldManager`, or the client's user agent).
     pub field_manager: Option<String>,
+    /// The object's managedFields were computed already (server-side apply): do not track
+    /// this write as an Update.
+    pub managed_fields_set: bool,
+}
+
+impl Write {
+    fn manager(&self) -> &str {
+        self.field_manager.as_deref().unwrap_or("unknown")
+    }
 }
 
 /// The outcome of a write: the object as stored, and any warnings for the client.

@@ -30,6 +30,7 @@ fn system_write() -> Write {
         dry_run: false,
         field_validation: FieldValidation::Ignore,
         field_manager: Some("rudder-apiserver".into()),
+        managed_fields_set: false,
     }
 }
 
