@@ -15,6 +15,24 @@ rudder_install_packages() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 
+# Installs the given PyPI packages for the `python3` on PATH, each one that it cannot import
+# (the import name is the package name). Plain `pip install` first (a pyenv or virtualenv
+# python); Debian's system python refuses that (PEP 668), so then with
+# --break-system-packages (and --user when not root).
+rudder_install_python_packages() {
+  local missing=()
+  for package in "$@"; do
+    python3 -c "import $package" >/dev/null 2>&1 || missing+=("$package")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "==> pip installing ${missing[*]}"
+  if ! python3 -m pip install --quiet "${missing[@]}" 2>/dev/null; then
+    local user=()
+    [ "$(id -u)" -eq 0 ] || user=(--user)
+    python3 -m pip install --quiet --break-system-packages "${user[@]}" "${missing[@]}"
+  fi
+}
+
 # Prints a free TCP port on 127.0.0.1.
 rudder_free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'

@@ -6,7 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
-rudder_install_packages protobuf-compiler etcd-server etcd-client postgresql-client python3
+rudder_install_packages protobuf-compiler etcd-server etcd-client postgresql-client python3 python3-pip
+# The python client test (tests/tests/kubectl_apply.rs) needs the `kubernetes` package.
+rudder_install_python_packages kubernetes
 trap rudder_stop_services EXIT
 rudder_start_etcd
 rudder_start_postgres

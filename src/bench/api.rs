@@ -141,6 +141,10 @@ pub async fn run(args: ApiBenchArgs) -> Result<()> {
             .map_or("?".to_string(), |m| format!("{m}")),
     );
     println!("{}", api_report::table(&rows, REFERENCE));
+    let failures = api_report::failures(&rows);
+    for failure in &failures {
+        println!("{failure}");
+    }
     println!(
         "objects/s: creates ÷ wall time of the creates; for lists, pods ÷ the p50 list time. \
          p50/p99/min over every create or every list (with a few lists p99 is the slowest). \
@@ -160,6 +164,9 @@ pub async fn run(args: ApiBenchArgs) -> Result<()> {
         let path = api_report::write_json(dir, &summary)?;
         eprintln!("wrote {}", path.display());
     }
+    if !failures.is_empty() {
+        bail!("{} measurement(s) failed (see above)", failures.len());
+    }
     Ok(())
 }
 
@@ -168,17 +175,20 @@ pub async fn run(args: ApiBenchArgs) -> Result<()> {
 async fn measure(servers: &[Server], params: &Params, rounds: usize) -> Result<Vec<Vec<Tally>>> {
     for server in servers {
         let started = Instant::now();
-        create_pods(server, params)
-            .await
-            .with_context(|| format!("writing the pods of the {} subject", server.name))?;
-        let elapsed = started.elapsed();
-        eprintln!(
-            "setup {}: {} pods in {:.1} s ({}/s, untimed)",
-            server.name,
-            params.pods,
-            elapsed.as_secs_f64(),
-            report::format_rate(report::throughput(params.pods as u64, elapsed)),
-        );
+        match create_pods(server, params).await {
+            Ok(()) => {
+                let elapsed = started.elapsed();
+                eprintln!(
+                    "setup {}: {} pods in {:.1} s ({}/s, untimed)",
+                    server.name,
+                    params.pods,
+                    elapsed.as_secs_f64(),
+                    report::format_rate(report::throughput(params.pods as u64, elapsed)),
+                );
+            }
+            // Its lists will fail and say so; the other workloads and subjects go on.
+            Err(error) => eprintln!("setup {} failed: {error:#}", server.name),
+        }
     }
     let mut tallies = Vec::new();
     for workload in Workload::ALL {
@@ -200,13 +210,21 @@ async fn measure(servers: &[Server], params: &Params, rounds: usize) -> Result<V
                     Workload::Create => creates(server, params, round).await,
                     Workload::List => lists(server, params).await,
                     Workload::ListPaged => paged_lists(server, params).await,
+                };
+                // A failure is a result too: it is reported in the table and the run goes on.
+                match sample {
+                    Ok(sample) => {
+                        eprintln!(
+                            "{what}: {}",
+                            api_report::describe(workload, &sample, params)
+                        );
+                        row[index].add(workload, &sample)?;
+                    }
+                    Err(error) => {
+                        eprintln!("{what} failed: {error:#}");
+                        row[index].fail(format!("{error:#}"));
+                    }
                 }
-                .with_context(|| format!("{what} failed"))?;
-                eprintln!(
-                    "{what}: {}",
-                    api_report::describe(workload, &sample, params)
-                );
-                row[index].add(workload, &sample)?;
             }
         }
         tallies.push(row);
@@ -384,6 +402,16 @@ where
     Ok(all)
 }
 
+/// A kube error in one line: an API error as its HTTP code, reason and message.
+fn concise(error: kube::Error) -> anyhow::Error {
+    match error {
+        kube::Error::Api(status) => {
+            anyhow!("HTTP {} {}: {}", status.code, status.reason, status.message)
+        }
+        other => anyhow::Error::new(other),
+    }
+}
+
 fn micros(elapsed: Duration) -> u64 {
     u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX)
 }
@@ -447,6 +475,7 @@ async fn creates(server: &Server, params: &Params, round: usize) -> Result<Sampl
             let name = format!("bench-r{round}-{index}");
             api.create(&PostParams::default(), &configmap(name.clone()))
                 .await
+                .map_err(concise)
                 .with_context(|| format!("creating configmap {name}"))?;
             Ok(())
         },
@@ -468,6 +497,7 @@ async fn create_pods(server: &Server, params: &Params) -> Result<()> {
         let name = format!("bench-pod-{index}");
         api.create(&PostParams::default(), &pod(name.clone()))
             .await
+            .map_err(concise)
             .with_context(|| format!("creating pod {name}"))?;
         Ok(())
     })
@@ -519,7 +549,11 @@ async fn lists(server: &Server, params: &Params) -> Result<Sample> {
     for _ in 0..params.list_repeats {
         let request = list_request(None, None)?;
         let started = Instant::now();
-        let body = client.request_text(request).await.context("LIST pods")?;
+        let body = client
+            .request_text(request)
+            .await
+            .map_err(concise)
+            .context("LIST pods")?;
         let took = started.elapsed();
         elapsed += took;
         latencies.record(micros(took))?;
@@ -559,6 +593,7 @@ async fn paged_lists(server: &Server, params: &Params) -> Result<Sample> {
             let body = client
                 .request_text(request)
                 .await
+                .map_err(concise)
                 .context("LIST pods (a page)")?;
             bytes += body.len() as u64;
             pages += 1;

@@ -78,6 +78,8 @@ pub struct Tally {
     pages: u64,
     /// creates/s (create) or p50 ms (lists) of each round.
     rounds: Vec<f64>,
+    /// Why rounds failed, if any did.
+    errors: Vec<String>,
 }
 
 impl Tally {
@@ -89,6 +91,7 @@ impl Tally {
             bytes: 0,
             pages: 0,
             rounds: Vec::new(),
+            errors: Vec::new(),
         })
     }
 
@@ -103,6 +106,15 @@ impl Tally {
             Workload::List | Workload::ListPaged => percentile_ms(&sample.latencies, 0.50),
         });
         Ok(())
+    }
+
+    /// Records a round that failed; its figures stay out of the tally.
+    pub fn fail(&mut self, error: String) {
+        self.errors.push(error);
+    }
+
+    fn failed(&self) -> bool {
+        !self.errors.is_empty()
     }
 }
 
@@ -129,6 +141,8 @@ pub struct Row {
     pub ratio_to_reference: Option<f64>,
     /// Per round: creates/s (create) or p50 ms (lists), to show the spread.
     pub rounds: Vec<f64>,
+    /// The errors of the rounds that failed (their figures are left out).
+    pub errors: Vec<String>,
 }
 
 /// The rows of every workload (outer, in [`Workload::ALL`] order) and subject;
@@ -152,13 +166,19 @@ pub fn rows(
                 }
             }
         };
+        // A reference that failed a round is no reference for this workload.
         let reference = subjects
             .iter()
             .position(|s| s == reference)
             .and_then(|index| tallies.get(index))
+            .filter(|tally| !tally.failed())
             .map(rate);
         for (subject, tally) in subjects.iter().zip(tallies) {
             let objects_per_sec = rate(tally);
+            let ratio_to_reference = match tally.failed() {
+                true => None,
+                false => ratio(objects_per_sec, reference),
+            };
             let listing = *workload != Workload::Create;
             rows.push(Row {
                 workload: workload.name().to_string(),
@@ -172,8 +192,9 @@ pub fn rows(
                 max_ms: percentile_ms(&tally.latencies, 1.0),
                 response_bytes: listing.then_some(tally.bytes),
                 pages: listing.then_some(tally.pages),
-                ratio_to_reference: ratio(objects_per_sec, reference),
+                ratio_to_reference,
                 rounds: tally.rounds.clone(),
+                errors: tally.errors.clone(),
             });
         }
     }
@@ -215,11 +236,20 @@ pub fn table(rows: &[Row], reference: &str) -> Table {
         format!("vs {reference}"),
     ]);
     for row in rows {
-        let measured = match (row.workload.as_str(), row.pages) {
+        let mut measured = match (row.workload.as_str(), row.pages) {
             ("create", _) => format!("{} creates", row.ops),
             (_, Some(pages)) if pages > 1 => format!("{} lists × {pages} pages", row.ops),
             _ => format!("{} lists", row.ops),
         };
+        if !row.errors.is_empty() {
+            measured = format!("FAILED {}× (see below)", row.errors.len());
+            if row.ops == 0 {
+                let mut cells = vec![row.workload.clone(), row.subject.clone(), measured];
+                cells.resize(9, "-".to_string());
+                table.add_row(cells);
+                continue;
+            }
+        }
         table.add_row(vec![
             row.workload.clone(),
             row.subject.clone(),
@@ -239,6 +269,21 @@ pub fn table(rows: &[Row], reference: &str) -> Table {
         }
     }
     table
+}
+
+/// One line per failed row: which workload on which subject, and its first error.
+pub fn failures(rows: &[Row]) -> Vec<String> {
+    rows.iter()
+        .filter_map(|row| {
+            let first = row.errors.first()?;
+            Some(format!(
+                "FAILED {} on {} ({} of its rounds): {first}",
+                row.workload,
+                row.subject,
+                row.errors.len()
+            ))
+        })
+        .collect()
 }
 
 /// What `results.json` holds: how the figures were made, and the rows.
@@ -332,6 +377,32 @@ mod tests {
         let text = table(&rows, "etcd").to_string();
         assert!(text.contains("2 lists × 20 pages"), "{text}");
         assert!(text.contains("100 creates"), "{text}");
+    }
+
+    #[test]
+    fn failures_are_reported_and_have_no_ratio() {
+        let subjects = vec!["sqlite".to_string(), "etcd".to_string()];
+        let mut tallies = Vec::new();
+        for workload in Workload::ALL {
+            let mut sqlite = Tally::new().unwrap();
+            sqlite
+                .add(workload, &sample(2, 300, &[100, 200], 9000, 1))
+                .unwrap();
+            let mut etcd = Tally::new().unwrap();
+            etcd.fail("message too large".to_string());
+            tallies.push(vec![sqlite, etcd]);
+        }
+        let rows = rows(&subjects, &tallies, "etcd", &params());
+        assert_eq!(rows[2].ratio_to_reference, None);
+        assert_eq!(rows[3].errors, vec!["message too large".to_string()]);
+        let text = table(&rows, "etcd").to_string();
+        assert!(text.contains("FAILED 1×"), "{text}");
+        let failures = failures(&rows);
+        assert_eq!(failures.len(), 3);
+        assert_eq!(
+            failures[1],
+            "FAILED list on etcd (1 of its rounds): message too large"
+        );
     }
 
     #[test]

@@ -24,6 +24,11 @@ use crate::interface::{Storage, WatchStream};
 use crate::types::*;
 
 /// A store on an etcd cluster.
+
+/// The largest response accepted from etcd. tonic's default (4 MiB) is far below what one
+/// unpaginated list returns (10k pods ≈ 10 MiB); kube-apiserver lifts the limit the same way.
+const MAX_RESPONSE_BYTES: usize = i32::MAX as usize;
+
 pub struct EtcdStore {
     client: Client,
     prefix: Vec<u8>,
@@ -249,6 +254,7 @@ impl EtcdStore {
         match self
             .client
             .kv_client()
+            .max_decoding_message_size(MAX_RESPONSE_BYTES)
             .get(self.key(b"\0rudder-compaction-probe"), Some(options))
             .await
         {
@@ -286,6 +292,7 @@ impl Storage for EtcdStore {
         let response = self
             .client
             .kv_client()
+            .max_decoding_message_size(MAX_RESPONSE_BYTES)
             .get(key, Some(options))
             .await
             .map_err(translate)?;
@@ -296,6 +303,7 @@ impl Storage for EtcdStore {
         let response = self
             .client
             .kv_client()
+            .max_decoding_message_size(MAX_RESPONSE_BYTES)
             .txn(self.txn_request(&request))
             .await
             .map_err(translate)?;
@@ -314,6 +322,7 @@ impl Storage for EtcdStore {
         let stream = self
             .client
             .watch_client()
+            .max_decoding_message_size(MAX_RESPONSE_BYTES)
             .watch(key, Some(options))
             .await
             .map_err(translate)?;
@@ -357,6 +366,7 @@ impl Storage for EtcdStore {
     async fn compact(&self, revision: Revision) -> Result<()> {
         self.client
             .kv_client()
+            .max_decoding_message_size(MAX_RESPONSE_BYTES)
             .compact(revision, Some(CompactionOptions::new()))
             .await
             .map_err(translate)?;

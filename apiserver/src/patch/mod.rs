@@ -263,10 +263,20 @@ pub async fn patch(
     let mut warnings = Vec::new();
     let mut written = registry
         .update_with(info, namespace, name, subresource, write, |current| {
-            // The current resourceVersion is not a precondition unless the patch sets one.
+            // The current resourceVersion is a precondition only when the patch sets one. A
+            // JSON patch sees it (a `test` on it is the usual optimistic lock, re-checked on
+            // every retry); the object-shaped patches see an object without it.
             let mut base = current.clone();
-            object::remove_meta(&mut base, "resourceVersion");
-            let patched = apply(kind, info.group, info.kind, &base, document)?;
+            if kind != PatchKind::Json {
+                object::remove_meta(&mut base, "resourceVersion");
+            }
+            let mut patched = apply(kind, info.group, info.kind, &base, document)?;
+            if kind == PatchKind::Json
+                && object::meta_str(&patched, "resourceVersion")
+                    == object::meta_str(current, "resourceVersion")
+            {
+                object::remove_meta(&mut patched, "resourceVersion");
+            }
             let (canonical, found) =
                 registry.canonicalize(info, &patched, write.field_validation)?;
             warnings = found;

@@ -119,6 +119,18 @@ impl Registry {
                 .allocators
                 .allocate(info, &mut object, None, write.dry_run)
                 .await?;
+            if !write.managed_fields_set {
+                crate::patch::apply::track_update(
+                    info.group,
+                    info.kind,
+                    &info.api_version(),
+                    None,
+                    &mut object,
+                    write.manager(),
+                    None,
+                    &object::now(),
+                );
+            }
             if write.dry_run {
                 return Ok(Written {
                     object,
@@ -228,6 +240,18 @@ impl Registry {
                     created: false,
                     warnings: Vec::new(),
                 });
+            }
+            if !write.managed_fields_set {
+                crate::patch::apply::track_update(
+                    info.group,
+                    info.kind,
+                    &info.api_version(),
+                    Some(&unchanged),
+                    &mut object,
+                    write.manager(),
+                    subresource.filter(|sub| *sub == "status" || *sub == "scale"),
+                    &object::now(),
+                );
             }
             if write.dry_run {
                 return Ok(Written {
@@ -565,8 +589,10 @@ fn canonicalize(
     }
     match validation {
         FieldValidation::Strict => Err(ApiError::bad_request(format!(
-            "strict decoding error: {}",
-            problems.join(", ")
+            "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
+            problems.join(", "),
+            kind = info.kind,
+            version = info.version
         ))),
         _ => Ok((canonical, problems)),
     }
@@ -719,7 +745,7 @@ mod tests {
             .expect_err("strict");
         assert_eq!(
             error.message,
-            "strict decoding error: unknown field \"spec\""
+            "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"spec\""
         );
         let (_, warnings) = canonicalize(
             configmaps,

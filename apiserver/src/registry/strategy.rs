@@ -144,6 +144,9 @@ pub(super) fn prepare_for_update(
             }
         }
     }
+    if info.group.is_empty() && info.kind == "Service" {
+        keep_allocated(new, old);
+    }
     let old_meta = old.get("metadata").cloned().unwrap_or(Value::Null);
     let metadata = metadata_mut(new);
     for field in [
@@ -162,6 +165,38 @@ pub(super) fn prepare_for_update(
     if uses_generation(info) && object::spec_part(new) != object::spec_part(old) {
         let generation = old_meta["generation"].as_i64().unwrap_or(0) + 1;
         metadata_mut(new).insert("generation".into(), generation.into());
+    }
+}
+
+/// A Service update that leaves out what was allocated keeps it, as upstream does: the
+/// ClusterIP(s) and the NodePort of each port still there.
+fn keep_allocated(new: &mut Value, old: &Value) {
+    let unset = |value: &Value| value.is_null() || value.as_str() == Some("");
+    if unset(&new["spec"]["clusterIP"]) && !unset(&old["spec"]["clusterIP"]) {
+        new["spec"]["clusterIP"] = old["spec"]["clusterIP"].clone();
+        if new["spec"]["clusterIPs"]
+            .as_array()
+            .is_none_or(Vec::is_empty)
+        {
+            new["spec"]["clusterIPs"] = old["spec"]["clusterIPs"].clone();
+        }
+    }
+    let old_ports = old["spec"]["ports"].as_array().cloned().unwrap_or_default();
+    if let Some(ports) = new["spec"]["ports"].as_array_mut() {
+        for port in ports {
+            if !port["nodePort"].is_null() {
+                continue;
+            }
+            let protocol = |p: &Value| p["protocol"].as_str().unwrap_or("TCP").to_string();
+            if let Some(previous) = old_ports
+                .iter()
+                .find(|o| o["port"] == port["port"] && protocol(o) == protocol(port))
+            {
+                if !previous["nodePort"].is_null() {
+                    port["nodePort"] = previous["nodePort"].clone();
+                }
+            }
+        }
     }
 }
 
