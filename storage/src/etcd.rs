@@ -23,12 +23,11 @@ use crate::error::{Error, Result};
 use crate::interface::{Storage, WatchStream};
 use crate::types::*;
 
-/// A store on an etcd cluster.
-
 /// The largest response accepted from etcd. tonic's default (4 MiB) is far below what one
 /// unpaginated list returns (10k pods ≈ 10 MiB); kube-apiserver lifts the limit the same way.
 const MAX_RESPONSE_BYTES: usize = i32::MAX as usize;
 
+/// A store on an etcd cluster.
 pub struct EtcdStore {
     client: Client,
     prefix: Vec<u8>,
