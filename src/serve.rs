@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use rudder_etcd_gateway::Gateway;
+use rudder_storage::config::redact;
 use tokio_util::sync::CancellationToken;
 
 #[derive(clap::Args)]
@@ -181,31 +182,4 @@ async fn serve_gateway_until(
         .await;
     store.close().await;
     served.context("the etcd gateway failed")
-}
-
-/// The URL without its password, for logs.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.find('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let credentials = &url[scheme + 3..at];
-            match credentials.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn redact_hides_only_the_password() {
-        assert_eq!(
-            super::redact("postgres://u:secret@h/db"),
-            "postgres://u:***@h/db"
-        );
-        assert_eq!(super::redact("postgres://u@h/db"), "postgres://u@h/db");
-        assert_eq!(super::redact("sqlite://x.db"), "sqlite://x.db");
-    }
 }

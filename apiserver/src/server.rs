@@ -119,7 +119,12 @@ pub async fn start(config: Config) -> Result<Running> {
         .with_context(|| format!("creating {}", config.data_dir.display()))?;
     let storage = rudder_storage::open(&config.storage_url)
         .await
-        .with_context(|| format!("opening storage {}", redact(&config.storage_url)))?;
+        .with_context(|| {
+            format!(
+                "opening storage {}",
+                rudder_storage::config::redact(&config.storage_url)
+            )
+        })?;
     let allocators = Allocators::new(storage.clone(), cidr, node_ports);
     let first_service_ip = allocators.first_service_ip();
     let pki = Pki::load_or_create(
@@ -185,15 +190,4 @@ pub async fn start(config: Config) -> Result<Running> {
         task,
         storage,
     })
-}
-
-/// A storage URL without its password, for logs and errors.
-fn redact(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut parsed) if parsed.password().is_some() => {
-            let _ = parsed.set_password(Some("***"));
-            parsed.to_string()
-        }
-        _ => url.to_string(),
-    }
 }

@@ -238,22 +238,9 @@ impl Machine {
 /// The command line, with any password in a URL argument replaced by `***`.
 pub fn command_line(args: impl IntoIterator<Item = String>) -> String {
     args.into_iter()
-        .map(|arg| redact(&arg))
+        .map(|arg| rudder_storage::config::redact(&arg))
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-fn redact(arg: &str) -> String {
-    let Some((scheme, rest)) = arg.split_once("://") else {
-        return arg.to_string();
-    };
-    let Some((userinfo, host)) = rest.split_once('@') else {
-        return arg.to_string();
-    };
-    match userinfo.split_once(':') {
-        Some((user, _password)) => format!("{scheme}://{user}:***@{host}"),
-        None => arg.to_string(),
-    }
 }
 
 /// Writes `results.json` and `results.csv` into `dir`.
@@ -385,6 +372,9 @@ mod tests {
             command_line(args.iter().map(|a| a.to_string())),
             "rudder --postgres-url postgres://bob:***@db:5432/x"
         );
-        assert_eq!(redact("postgres://bob@db/x"), "postgres://bob@db/x");
+        assert_eq!(
+            command_line(["postgres://bob@db/x".to_string()].into_iter()),
+            "postgres://bob@db/x"
+        );
     }
 }

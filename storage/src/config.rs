@@ -279,8 +279,34 @@ pub fn parse_duration(text: &str) -> Result<Duration> {
     Ok(Duration::from_millis(millis))
 }
 
+/// A storage URL without its password, for logs and error messages
+/// (`postgres://u:secret@h/db` → `postgres://u:***@h/db`); anything else is returned as is.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.find('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let credentials = &url[scheme + 3..at];
+            match credentials.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn redact_hides_only_the_password() {
+        assert_eq!(
+            super::redact("postgres://u:secret@h/db"),
+            "postgres://u:***@h/db"
+        );
+        assert_eq!(super::redact("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(super::redact("sqlite://x.db"), "sqlite://x.db");
+        assert_eq!(super::redact("--flag"), "--flag");
+    }
+
     use super::*;
 
     #[test]

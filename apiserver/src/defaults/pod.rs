@@ -131,38 +131,7 @@ fn default_handler(h: &mut Value) {
     }
 }
 
-const VOLUME_SOURCES: &[&str] = &[
-    "hostPath",
-    "emptyDir",
-    "gcePersistentDisk",
-    "awsElasticBlockStore",
-    "gitRepo",
-    "secret",
-    "nfs",
-    "iscsi",
-    "glusterfs",
-    "persistentVolumeClaim",
-    "rbd",
-    "flexVolume",
-    "cinder",
-    "cephfs",
-    "flocker",
-    "downwardAPI",
-    "fc",
-    "azureFile",
-    "configMap",
-    "vsphereVolume",
-    "quobyte",
-    "azureDisk",
-    "photonPersistentDisk",
-    "projected",
-    "portworxVolume",
-    "scaleIO",
-    "storageos",
-    "csi",
-    "ephemeral",
-    "image",
-];
+use crate::validation::pod::VOLUME_SOURCES;
 
 fn default_volume(v: &mut Value) {
     if VOLUME_SOURCES

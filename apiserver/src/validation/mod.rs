@@ -16,7 +16,7 @@ mod meta;
 mod misc;
 mod names;
 mod networking;
-mod pod;
+pub mod pod;
 mod quantity;
 mod rbac;
 mod service;

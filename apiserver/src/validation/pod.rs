@@ -11,7 +11,8 @@ use super::names::{self, is_dns1123_label, is_dns1123_subdomain, is_valid_port_n
 use super::quantity::{quantity_text, quantity_value};
 use super::FieldError;
 
-const VOLUME_SOURCES: &[&str] = &[
+/// The fields of a volume that name its source (exactly one is set); defaulting uses it too.
+pub const VOLUME_SOURCES: &[&str] = &[
     "hostPath",
     "emptyDir",
     "gcePersistentDisk",
