@@ -19,6 +19,11 @@ use crate::error::{Error, Result};
 pub struct StorageConfig {
     pub driver: DriverConfig,
     pub compaction: CompactionConfig,
+    /// How far this process's wall clock is taken to be ahead of the real one: zero, except in
+    /// tests that simulate clock skew between servers (no URL parameter sets it). Nothing that
+    /// must agree between servers — lease expiry above all — may depend on it.
+    #[doc(hidden)]
+    pub clock_offset: Duration,
 }
 
 /// The driver and its own options.
@@ -110,7 +115,11 @@ impl StorageConfig {
         if let DriverConfig::Etcd(_) | DriverConfig::Sqlite(_) = driver {
             params.reject_rest(scheme)?;
         }
-        Ok(Self { driver, compaction })
+        Ok(Self {
+            driver,
+            compaction,
+            clock_offset: Duration::ZERO,
+        })
     }
 }
 

@@ -46,10 +46,10 @@ pub async fn open_config(config: &StorageConfig) -> Result<Arc<dyn Storage>> {
     use config::DriverConfig;
     Ok(match &config.driver {
         DriverConfig::Sqlite(sqlite) => {
-            sql::SqlStore::open_sqlite(sqlite, &config.compaction).await?
+            sql::SqlStore::open_sqlite(sqlite, &config.compaction, config.clock_offset).await?
         }
         DriverConfig::Postgres(postgres) => {
-            sql::SqlStore::open_postgres(postgres, &config.compaction).await?
+            sql::SqlStore::open_postgres(postgres, &config.compaction, config.clock_offset).await?
         }
         DriverConfig::Etcd(etcd) => etcd::EtcdStore::open(etcd, &config.compaction).await?,
     })

@@ -46,6 +46,20 @@ pub trait Harness: Send + Sync {
             .expect("harness backend opens")
     }
 
+    /// Opens the backend as a server whose wall clock is `offset` ahead of the real one (with
+    /// background compaction off), for cases about clock skew between servers.
+    async fn open_with_clock_offset(&self, offset: std::time::Duration) -> Arc<dyn Storage> {
+        let mut config = StorageConfig::parse(&self.url()).expect("harness URL parses");
+        config.compaction = CompactionConfig {
+            interval: std::time::Duration::ZERO,
+            retain: 0,
+        };
+        config.clock_offset = offset;
+        crate::open_config(&config)
+            .await
+            .expect("harness backend opens")
+    }
+
     /// Removes what the case left behind.
     async fn cleanup(&self) {}
 }

@@ -27,7 +27,10 @@ async fn compare_with_real_etcd(harness: Box<dyn Harness>) {
     };
     let reference_prefix = format!("/reference-{:08x}/", rand::random::<u32>());
     let mut reference = Client::connect([endpoint.as_str()], None).await.unwrap();
-    let expected = scenario(&mut reference, &reference_prefix).await;
+
+    let mut expected = scenario(&mut reference, &reference_prefix).await;
+    let reference_prefix = format!("/reference-{:08x}/", rand::random::<u32>());
+    expected.extend(edge_cases(&mut reference, &reference_prefix).await);
 
     let store = harness.open().await;
     let gateway = Gateway::spawn(store.clone(), SocketAddr::from(([127, 0, 0, 1], 0)))
@@ -36,19 +39,25 @@ async fn compare_with_real_etcd(harness: Box<dyn Harness>) {
     let mut client = Client::connect([gateway.local_addr.to_string()], None)
         .await
         .unwrap();
-    let observed = scenario(&mut client, "/gw/").await;
+    let mut observed = scenario(&mut client, "/gw/").await;
+    observed.extend(edge_cases(&mut client, "/gw-edge/").await);
     gateway.shutdown().await;
     store.close().await;
     harness.cleanup().await;
 
-    for (index, (want, got)) in expected.iter().zip(&observed).enumerate() {
-        assert_eq!(
-            got,
-            want,
-            "step {index} differs from real etcd ({})",
-            harness.driver()
-        );
-    }
+    let differences: Vec<String> = expected
+        .iter()
+        .zip(&observed)
+        .enumerate()
+        .filter(|(_, (want, got))| want != got)
+        .map(|(index, (want, got))| format!("step {index}:\n  etcd:    {want}\n  gateway: {got}"))
+        .collect();
+    assert!(
+        differences.is_empty(),
+        "the gateway over {} differs from real etcd:\n{}",
+        harness.driver(),
+        differences.join("\n")
+    );
     assert_eq!(observed.len(), expected.len());
 }
 
@@ -397,6 +406,137 @@ async fn scenario(client: &mut Client, prefix: &str) -> Vec<String> {
         error_text(client.put(key("big"), big, None).await.unwrap_err())
     ));
     log
+}
+
+/// Corners where the gateway once differed from etcd: duplicate keys across nested
+/// transactions, watch ids, degenerate watch ranges, put flags that contradict their values,
+/// and a limit with a sort target but no sort order.
+async fn edge_cases(client: &mut Client, prefix: &str) -> Vec<String> {
+    let key = |name: &str| format!("{prefix}{name}");
+    let mut log = Vec::new();
+    let shapes = [
+        (
+            "put + nested put",
+            Txn::new().and_then([
+                TxnOp::put(key("k"), "1", None),
+                TxnOp::txn(Txn::new().and_then([TxnOp::put(key("k"), "2", None)])),
+            ]),
+        ),
+        (
+            "delete + nested put",
+            Txn::new().and_then([
+                TxnOp::delete(key("k"), None),
+                TxnOp::txn(Txn::new().and_then([TxnOp::put(key("k"), "2", None)])),
+            ]),
+        ),
+        (
+            "nested then/else put one key",
+            Txn::new().and_then([TxnOp::txn(
+                Txn::new()
+                    .and_then([TxnOp::put(key("k"), "then", None)])
+                    .or_else([TxnOp::put(key("k"), "else", None)]),
+            )]),
+        ),
+    ];
+    for (name, txn) in shapes {
+        log.push(match client.txn(txn).await {
+            Ok(response) => format!("{name}: succeeded={}", response.succeeded()),
+            Err(error) => format!("{name}: {}", error_text(error)),
+        });
+    }
+    for (name, options) in [
+        (
+            "ignore_value with a value",
+            PutOptions::new().with_ignore_value(),
+        ),
+        (
+            "ignore_lease with a lease",
+            PutOptions::new().with_ignore_lease().with_lease(0x1234),
+        ),
+    ] {
+        let result = client.put(key("k"), "value", Some(options)).await;
+        log.push(format!(
+            "{name}: {}",
+            result.map_or_else(error_text, |_| "ok".into())
+        ));
+    }
+    for (name, value) in [("a", "3"), ("b", "1"), ("c", "2"), ("d", "0")] {
+        client.put(key(name), value, None).await.unwrap();
+    }
+    let sorted = client
+        .get(
+            key(""),
+            Some(
+                GetOptions::new()
+                    .with_prefix()
+                    .with_sort(SortTarget::Value, SortOrder::None)
+                    .with_limit(2),
+            ),
+        )
+        .await
+        .unwrap();
+    log.push(format!(
+        "limit 2 by value, no order: {:?} more={}",
+        sorted
+            .kvs()
+            .iter()
+            .map(|kv| kv.key_str().unwrap().trim_start_matches(prefix).to_string())
+            .collect::<Vec<_>>(),
+        sorted.more()
+    ));
+
+    // Watch ids are never reused on a stream, even after a cancel.
+    let mut stream = client
+        .watch(key("w/"), Some(WatchOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    let first = next_response(&mut stream).await;
+    stream.cancel(first.watch_id()).await.unwrap();
+    let canceled = next_response(&mut stream).await;
+    stream
+        .watch(key("w/"), Some(WatchOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    let second = next_response(&mut stream).await;
+    log.push(format!(
+        "watch ids: {} canceled={}, then {}",
+        first.watch_id(),
+        canceled.canceled(),
+        second.watch_id()
+    ));
+    // A key at or past its range end: created, then cancelled with etcd's reason.
+    stream
+        .watch(key("z"), Some(WatchOptions::new().with_range(key("a"))))
+        .await
+        .unwrap();
+    log.push(format!("watch [z, a): {}", next_text(&mut stream).await));
+    // The stream keeps working.
+    client.put(key("w/x"), "1", None).await.unwrap();
+    log.push(format!("then: {}", next_text(&mut stream).await));
+    // An empty key.
+    stream.watch("", None).await.unwrap();
+    log.push(format!(
+        "watch of the empty key: {}",
+        next_text(&mut stream).await
+    ));
+    log
+}
+
+/// The next watch response in words (or the error that ended the stream).
+async fn next_text(stream: &mut etcd_client::WatchStream) -> String {
+    match tokio::time::timeout(Duration::from_secs(10), stream.message()).await {
+        Err(_) => "nothing within 10 s".into(),
+        Ok(Err(error)) => error_text(error),
+        Ok(Ok(None)) => "end of stream".into(),
+        Ok(Ok(Some(response))) => format!(
+            "id={} created={} canceled={} reason={:?} events={}",
+            response.watch_id(),
+            response.created(),
+            response.canceled(),
+            response.cancel_reason(),
+            response.events().len()
+        ),
+    }
 }
 
 async fn next_response(stream: &mut etcd_client::WatchStream) -> etcd_client::WatchResponse {

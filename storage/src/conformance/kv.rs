@@ -446,6 +446,128 @@ pub async fn txn_rejects_a_branch_that_writes_one_key_twice(harness: &dyn Harnes
     store.close().await;
 }
 
+pub async fn txn_rejects_a_key_written_twice_across_nesting_levels(harness: &dyn Harness) {
+    let store = harness.open().await;
+    store.put(b"/other", b"keep", 0).await.unwrap();
+    let before = revision(&*store).await;
+    let put = |key: &str, value: &str| TxnOp::Put(PutRequest::new(key, value));
+    let delete = |range: KeyRange| {
+        TxnOp::DeleteRange(DeleteRangeRequest {
+            range,
+            prev_kv: false,
+        })
+    };
+    let nested = |success: Vec<TxnOp>, failure: Vec<TxnOp>| {
+        TxnOp::Txn(TxnRequest {
+            compare: vec![],
+            success,
+            failure,
+        })
+    };
+    let refused = [
+        (
+            "put, then a nested put",
+            vec![put("/n", "1"), nested(vec![put("/n", "2")], vec![])],
+        ),
+        (
+            "delete, then a nested put",
+            vec![
+                delete(KeyRange::key("/n")),
+                nested(vec![put("/n", "2")], vec![]),
+            ],
+        ),
+        (
+            "a range delete, then a nested put inside it",
+            vec![
+                delete(KeyRange::prefix("/")),
+                nested(vec![put("/n", "2")], vec![]),
+            ],
+        ),
+        (
+            "a nested delete, then a put",
+            vec![
+                nested(vec![delete(KeyRange::key("/n"))], vec![]),
+                put("/n", "1"),
+            ],
+        ),
+        (
+            "two nested txns putting one key",
+            vec![
+                nested(vec![put("/n", "1")], vec![]),
+                nested(vec![put("/n", "2")], vec![]),
+            ],
+        ),
+        (
+            "the failure branch of a nested txn",
+            vec![put("/n", "1"), nested(vec![], vec![put("/n", "2")])],
+        ),
+        (
+            "two levels down",
+            vec![
+                put("/n", "1"),
+                nested(vec![nested(vec![put("/n", "2")], vec![])], vec![]),
+            ],
+        ),
+    ];
+    for (shape, success) in refused {
+        let result = store
+            .txn(TxnRequest {
+                compare: vec![],
+                success,
+                failure: vec![],
+            })
+            .await;
+        assert!(
+            matches!(&result, Err(Error::InvalidArgument(message)) if message.contains("duplicate key given in txn request")),
+            "{shape}: got {result:?}"
+        );
+    }
+    // etcd checks both branches, whichever would run.
+    let in_failure = store
+        .txn(TxnRequest {
+            compare: vec![Compare::version("/other", CompareOp::Equal, 1)],
+            success: vec![],
+            failure: vec![put("/n", "1"), nested(vec![put("/n", "2")], vec![])],
+        })
+        .await;
+    assert!(
+        matches!(in_failure, Err(Error::InvalidArgument(_))),
+        "{in_failure:?}"
+    );
+    assert_eq!(
+        revision(&*store).await,
+        before,
+        "nothing refused was written"
+    );
+    assert_eq!(store.get(b"/n", 0).await.unwrap(), None);
+    // What etcd allows: one key in both branches of a nested txn, and two deletes of one key.
+    let allowed = store
+        .txn(TxnRequest {
+            compare: vec![],
+            success: vec![
+                nested(vec![put("/n", "then")], vec![put("/n", "else")]),
+                delete(KeyRange::key("/m")),
+                delete(KeyRange::key("/m")),
+            ],
+            failure: vec![],
+        })
+        .await
+        .unwrap();
+    assert!(allowed.succeeded);
+    assert_eq!(store.get(b"/n", 0).await.unwrap().unwrap().value, b"then");
+    let kvs = store
+        .range(RangeRequest::new(KeyRange::prefix("/n")))
+        .await
+        .unwrap()
+        .kvs;
+    assert_eq!(kvs.len(), 1, "one key, once");
+    assert_eq!(
+        store.get(b"/other", 0).await.unwrap().unwrap().value,
+        b"keep"
+    );
+    store.close().await;
+}
+
 pub async fn compaction_makes_older_reads_fail(harness: &dyn Harness) {
     let store = harness.open().await;
     let first = put(&*store, "/c", "v1").await;

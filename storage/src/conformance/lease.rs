@@ -118,3 +118,26 @@ pub async fn put_with_an_unknown_lease_fails(harness: &dyn Harness) {
     assert_eq!(revision(&*store).await, before);
     store.close().await;
 }
+
+pub async fn lease_expiry_follows_one_clock_for_every_server(harness: &dyn Harness) {
+    let store = harness.open().await;
+    // A second server on the same backend whose wall clock runs 4 s ahead.
+    let skewed = harness.open_with_clock_offset(Duration::from_secs(4)).await;
+    let lease = store.lease_grant(5, 0).await.unwrap();
+    store.put(b"/skew/a", b"1", lease.id).await.unwrap();
+    let other = skewed.lease_grant(5, 0).await.unwrap();
+    skewed.put(b"/skew/b", b"2", other.id).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for (key, id) in [(&b"/skew/a"[..], lease.id), (&b"/skew/b"[..], other.id)] {
+        assert!(
+            store.get(key, 0).await.unwrap().is_some(),
+            "a 5 s lease expired after 1.5 s because one server's clock is ahead"
+        );
+        for view in [&store, &skewed] {
+            let ttl = view.lease_time_to_live(id, false).await.unwrap().ttl;
+            assert!((3..=5).contains(&ttl), "remaining ttl {ttl} s");
+        }
+    }
+    skewed.close().await;
+    store.close().await;
+}

@@ -15,6 +15,7 @@
 //! Revisions are asserted relative to the store's revision when the case starts, so the suite
 //! holds on a shared etcd as on a fresh SQL database.
 
+mod compaction;
 mod durability;
 mod history;
 mod kv;
@@ -22,6 +23,7 @@ mod lease;
 mod support;
 mod watch;
 
+pub use compaction::*;
 pub use durability::*;
 pub use history::*;
 pub use kv::*;
@@ -44,8 +46,13 @@ macro_rules! conformance_tests {
             revisions_are_monotonic_and_gapless_across_keys,
             txn_evaluates_compares_and_runs_one_branch,
             txn_rejects_a_branch_that_writes_one_key_twice,
+            txn_rejects_a_key_written_twice_across_nesting_levels,
             compaction_makes_older_reads_fail,
             background_compaction_keeps_the_configured_retention,
+            background_compaction_keeps_the_last_interval_of_history,
+            compaction_never_brings_a_deleted_key_back,
+            live_watches_see_every_event_or_an_error_when_compaction_overtakes_them,
+            count_only_reads_are_exact_or_compacted_while_compaction_runs,
             watch_from_now_sees_only_later_writes,
             watch_from_a_past_revision_replays_history,
             watch_from_a_compacted_revision_fails,
@@ -53,9 +60,11 @@ macro_rules! conformance_tests {
             watch_order_matches_commit_order_under_concurrent_writers,
             watch_progress_requests_report_a_revision_with_everything_delivered,
             many_watchers_are_not_held_up_by_one_that_never_reads,
+            a_watcher_behind_a_burst_catches_up_instead_of_failing,
             lease_expiry_deletes_keys_with_watch_events,
             lease_keep_alive_time_to_live_list_and_revoke,
             put_with_an_unknown_lease_fails,
+            lease_expiry_follows_one_clock_for_every_server,
             status_reports_revisions_size_and_driver,
             data_survives_a_restart,
             sixty_four_concurrent_writers_never_fail,

@@ -291,3 +291,49 @@ pub async fn watch_progress_requests_report_a_revision_with_everything_delivered
     }
     store.close().await;
 }
+
+pub async fn a_watcher_behind_a_burst_catches_up_instead_of_failing(harness: &dyn Harness) {
+    let store = harness.open().await;
+    let mut stream = store
+        .watch(WatchRequest::new(KeyRange::prefix("/burst/")).with_prev_kv())
+        .await
+        .unwrap();
+    let keys = 3000;
+    let writers = 64;
+    let mut tasks = Vec::new();
+    for writer in 0..writers {
+        let store = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            for key in (writer..keys).step_by(writers) {
+                store
+                    .create(format!("/burst/{key:05}").as_bytes(), &[b'b'; 512], 0)
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    // A healthy watcher that is a little slow: 2 ms per batch.
+    let mut seen = std::collections::BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while seen.len() < keys {
+        match tokio::time::timeout_at(deadline, stream.next()).await {
+            Ok(Some(Ok(batch))) => {
+                for event in batch.events {
+                    assert_eq!(event.kind, EventKind::Put);
+                    assert!(seen.insert(event.kv.mod_revision), "an event came twice");
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            Ok(Some(Err(error))) => panic!(
+                "the watch failed after {} of {keys} events: {error}",
+                seen.len()
+            ),
+            Ok(None) => panic!("the watch ended after {} of {keys} events", seen.len()),
+            Err(_) => panic!("{} of {keys} events within two minutes", seen.len()),
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    store.close().await;
+}

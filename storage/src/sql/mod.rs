@@ -31,7 +31,7 @@ use crate::interface::{Storage, WatchStream};
 use crate::types::*;
 use crate::watcher::watch_stream;
 use dialect::Dialect;
-use reader::{now_ms, LogHistory, Reader};
+use reader::{Clock, LogHistory, Reader};
 use writer::{Job, Writer};
 
 /// How many recent events the hub keeps for watchers that start slightly in the past.
@@ -49,6 +49,7 @@ pub struct SqlStore {
     poke: Arc<Notify>,
     shutdown: CancellationToken,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    clock: Clock,
 }
 
 /// Where the pools connect and what each new connection must run first.
@@ -64,6 +65,7 @@ impl SqlStore {
     pub async fn open_sqlite(
         config: &SqliteConfig,
         compaction: &CompactionConfig,
+        clock_offset: Duration,
     ) -> Result<Arc<Self>> {
         if let Some(parent) = config.path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(|error| {
@@ -98,6 +100,7 @@ impl SqlStore {
             String::new(),
             Duration::from_secs(1),
             compaction,
+            clock(clock_offset),
         )
         .await
     }
@@ -106,6 +109,7 @@ impl SqlStore {
     pub async fn open_postgres(
         config: &PostgresConfig,
         compaction: &CompactionConfig,
+        clock_offset: Duration,
     ) -> Result<Arc<Self>> {
         let options = AnyConnectOptions::from_str(&config.url).map_err(|error| {
             Error::Config(format!("postgres URL is not valid ({error}): use postgres://USER:PASSWORD@HOST:PORT/DATABASE"))
@@ -134,6 +138,7 @@ impl SqlStore {
             channel.clone(),
             Duration::from_millis(250),
             compaction,
+            clock(clock_offset),
         )
         .await?;
         let listener = poller::listen(
@@ -153,6 +158,7 @@ impl SqlStore {
         channel: String,
         poll_interval: Duration,
         compaction: &CompactionConfig,
+        clock: Clock,
     ) -> Result<Arc<Self>> {
         sqlx::any::install_default_drivers();
         probe(dialect, &connection).await?;
@@ -201,6 +207,7 @@ impl SqlStore {
             committed: committed.clone(),
             channel,
             shutdown: shutdown.clone(),
+            clock,
         };
         let store = Arc::new(Self {
             reader: reader.clone(),
@@ -209,6 +216,7 @@ impl SqlStore {
             poke: committed.clone(),
             shutdown: shutdown.clone(),
             tasks: Mutex::new(Vec::new()),
+            clock,
         });
         store.track(tokio::spawn(writer.run()));
         let poller = poller::Poller {
@@ -245,6 +253,12 @@ impl SqlStore {
             .await
             .map_err(|_| Error::Closed)?;
         response.await.map_err(|_| Error::Closed)?
+    }
+}
+
+fn clock(offset: Duration) -> Clock {
+    Clock {
+        offset_ms: offset.as_millis() as i64,
     }
 }
 
@@ -317,7 +331,10 @@ async fn expire_leases(store: std::sync::Weak<SqlStore>, shutdown: CancellationT
         let Some(store) = store.upgrade() else { return };
         let expired = match store
             .reader
-            .ids(store.reader.dialect.expired_leases, Some(now_ms()))
+            .ids(
+                store.reader.dialect.expired_leases,
+                Some(store.clock.now_ms()),
+            )
             .await
         {
             Ok(expired) => expired,
@@ -407,7 +424,7 @@ impl Storage for SqlStore {
         let Some((granted_ttl, expires_at)) = self.reader.lease(id).await? else {
             return Err(Error::LeaseNotFound(id));
         };
-        let remaining_ms = expires_at - now_ms();
+        let remaining_ms = expires_at - self.clock.now_ms();
         if remaining_ms <= 0 {
             return Err(Error::LeaseNotFound(id));
         }

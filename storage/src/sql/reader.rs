@@ -42,11 +42,20 @@ pub(crate) struct LatestRow {
     pub deleted: bool,
 }
 
-/// Milliseconds since the Unix epoch.
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+/// This process's wall clock, which tests may set ahead to simulate clock skew between servers.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Clock {
+    pub offset_ms: i64,
+}
+
+impl Clock {
+    /// Milliseconds since the Unix epoch.
+    pub fn now_ms(self) -> i64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+            + self.offset_ms
+    }
 }
 
 pub(crate) async fn read_meta(conn: &mut AnyConnection, sql: &'static str) -> Result<Meta> {

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use sqlx::{AnyConnection, Row};
 
 use super::dialect::{insert_rows, latest_rows, link_rows, Dialect};
-use super::reader::{now_ms, range_at, read_lease, LatestRow};
+use super::reader::{range_at, read_lease, Clock, LatestRow};
 use super::translate;
 use crate::error::{Error, Result};
 use crate::types::*;
@@ -53,6 +53,7 @@ pub(crate) struct Batch<'c> {
     pending: Vec<LogRow>,
     /// Rows already in the database that pending rows supersede: `(key, revision, next)`.
     links: Vec<(Vec<u8>, Revision, Revision)>,
+    clock: Clock,
 }
 
 impl<'c> Batch<'c> {
@@ -61,6 +62,7 @@ impl<'c> Batch<'c> {
         dialect: &'static Dialect,
         revision: Revision,
         compact_revision: Revision,
+        clock: Clock,
     ) -> Self {
         Self {
             conn,
@@ -70,6 +72,7 @@ impl<'c> Batch<'c> {
             cache: HashMap::new(),
             pending: Vec::new(),
             links: Vec::new(),
+            clock,
         }
     }
 
@@ -206,7 +209,7 @@ impl<'c> Batch<'c> {
         Ok(self
             .lease(lease)
             .await?
-            .is_some_and(|(_, expires)| expires > now_ms()))
+            .is_some_and(|(_, expires)| expires > self.clock.now_ms()))
     }
 
     /// `(ttl, expires_at_ms)` of a lease.

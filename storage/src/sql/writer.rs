@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::dialect::finish_write;
 use super::dialect::Dialect;
-use super::reader::{now_ms, Meta};
+use super::reader::{Clock, Meta};
 use super::translate;
 use super::txn::{keys_of, may_fail_midway, Batch};
 use crate::error::{Error, Result};
@@ -75,6 +75,7 @@ pub(crate) struct Writer {
     /// `pg_notify` channel for other processes.
     pub channel: String,
     pub shutdown: CancellationToken,
+    pub clock: Clock,
 }
 
 impl Writer {
@@ -181,7 +182,13 @@ impl Writer {
                 })
             }
         };
-        let mut state = Batch::new(conn, self.dialect, meta.revision, meta.compact_revision);
+        let mut state = Batch::new(
+            conn,
+            self.dialect,
+            meta.revision,
+            meta.compact_revision,
+            self.clock,
+        );
         let mut keys = Vec::new();
         for job in batch {
             if let Job::Txn { request, .. } = job {
@@ -255,7 +262,7 @@ impl Writer {
         job: &Job,
         protected: bool,
     ) -> Result<(Outcome, Option<(Revision, Revision)>)> {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let outcome = match job {
             Job::Txn { request, .. } => Outcome::Txn(state.txn(request, protected).await?),
             Job::LeaseGrant { id, ttl, .. } => {
