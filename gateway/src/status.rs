@@ -21,6 +21,7 @@ pub fn from_storage(error: Error) -> Status {
         Error::LeaseNotFound(_) => Status::not_found(LEASE_NOT_FOUND),
         Error::LeaseAlreadyExists(_) => Status::failed_precondition(LEASE_EXISTS),
         Error::KeyNotFound => Status::invalid_argument(KEY_NOT_FOUND),
+        Error::TooLarge(_) => Status::invalid_argument(TOO_LARGE),
         Error::InvalidArgument(message) => {
             Status::invalid_argument(format!("etcdserver: {message}"))
         }

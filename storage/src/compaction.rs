@@ -1,5 +1,7 @@
-//! Background compaction, the same for every driver: every interval, compact to
-//! `current revision - retain` when that moves the compacted revision forward.
+//! Background compaction, the same for every driver and the same as kube-apiserver's: at every
+//! interval, compact to the revision the store had at the previous one, so about one interval
+//! of history is always there for clients resuming a watch or a paged list (however busy the
+//! cluster), and at least `retain` revisions.
 
 use std::sync::Weak;
 
@@ -20,6 +22,8 @@ pub(crate) fn spawn_compactor<S: Storage>(
         if config.interval.is_zero() {
             return;
         }
+        // The store's revision at the previous tick: the next compaction's target.
+        let mut previous: Option<i64> = None;
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -33,7 +37,10 @@ pub(crate) fn spawn_compactor<S: Storage>(
                     continue;
                 }
             };
-            let target = status.revision - config.retain;
+            let Some(earlier) = previous.replace(status.revision) else {
+                continue;
+            };
+            let target = earlier.min(status.revision - config.retain);
             if target <= status.compact_revision {
                 continue;
             }

@@ -1,13 +1,16 @@
 //! Storage URLs: which driver to open and its options.
 //!
-//! - `sqlite://PATH[?synchronous=normal|full]` (a relative PATH is relative to the working dir;
-//!   `sqlite:///abs/path` is absolute);
+//! - `sqlite://PATH[?synchronous=full|normal]` (a relative PATH is relative to the working dir;
+//!   `sqlite:///abs/path` is absolute; `full`, the default, syncs every commit to disk);
 //! - `postgres://user:pass@host:port/db?sslmode=verify-full&sslrootcert=ca.pem&schema=NAME&max_connections=N&connect_timeout=SECS&statement_timeout=MS`
 //!   (`postgresql://` too; every parameter sqlx understands is passed through);
 //! - `etcd://host:port[,host:port…][/key-prefix][?connect_timeout=SECS]`.
 //!
-//! Every driver also takes `compact_interval` (like `5m`, `30s`, `0` for off; default 5m) and
-//! `compact_retain` (revisions of history kept by background compaction; default 1000).
+//! Every driver also takes `compact_interval` (like `5m`, `30s`, `0` for off; default 5m: each
+//! interval, history older than one interval is compacted, as kube-apiserver does) and
+//! `compact_retain` (revisions of history kept at least, whatever their age; default 0). The
+//! SQL drivers take `watch_stall_timeout` (default 30s): how long their watch log may stay
+//! unreadable before watches end with an error.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -19,6 +22,9 @@ use crate::error::{Error, Result};
 pub struct StorageConfig {
     pub driver: DriverConfig,
     pub compaction: CompactionConfig,
+    /// SQL drivers: how long the watch log may stay unreadable before watches end with an
+    /// error (instead of stalling silently).
+    pub watch_stall_timeout: Duration,
     /// How far this process's wall clock is taken to be ahead of the real one: zero, except in
     /// tests that simulate clock skew between servers (no URL parameter sets it). Nothing that
     /// must agree between servers — lease expiry above all — may depend on it.
@@ -34,11 +40,14 @@ pub enum DriverConfig {
     Etcd(EtcdConfig),
 }
 
-/// Background compaction: every `interval`, compact to `current - retain`.
+/// Background compaction, as kube-apiserver's: every `interval`, compact to the revision the
+/// store had one interval earlier (so clients resuming a watch or a paged list have about one
+/// interval of history), keeping at least `retain` revisions.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CompactionConfig {
     /// Zero turns background compaction off.
     pub interval: Duration,
+    /// Revisions always kept, however old.
     pub retain: i64,
 }
 
@@ -46,16 +55,21 @@ impl Default for CompactionConfig {
     fn default() -> Self {
         Self {
             interval: Duration::from_secs(300),
-            retain: 1000,
+            retain: 0,
         }
     }
 }
 
+/// The default for [`StorageConfig::watch_stall_timeout`].
+pub const DEFAULT_WATCH_STALL_TIMEOUT: Duration = Duration::from_secs(30);
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SqliteConfig {
     pub path: PathBuf,
-    /// `PRAGMA synchronous`: `NORMAL` (default, as k3s/kine: durable across process crashes,
-    /// may lose the last commits on power loss) or `FULL` (fsync on every commit).
+    /// `PRAGMA synchronous`: `FULL` (the default: every commit is on disk before it is
+    /// acknowledged, so a power loss never takes back a revision a client has seen) or
+    /// `NORMAL` (as k3s/kine: durable across process crashes, but a power loss may lose the
+    /// last commits — and their revisions be handed out again).
     pub synchronous_full: bool,
 }
 
@@ -102,6 +116,14 @@ impl StorageConfig {
                 None => CompactionConfig::default().retain,
             },
         };
+        let watch_stall_timeout = match params.take("watch_stall_timeout") {
+            Some(_) if scheme == "etcd" => return Err(Error::Config(
+                "watch_stall_timeout is an option of the SQL drivers; etcd's watches are etcd's"
+                    .into(),
+            )),
+            Some(text) => parse_duration(&text)?,
+            None => DEFAULT_WATCH_STALL_TIMEOUT,
+        };
         let driver = match scheme {
             "sqlite" => DriverConfig::Sqlite(sqlite(body, &mut params)?),
             "postgres" | "postgresql" => DriverConfig::Postgres(postgres(scheme, body, &mut params)?),
@@ -118,6 +140,7 @@ impl StorageConfig {
         Ok(Self {
             driver,
             compaction,
+            watch_stall_timeout,
             clock_offset: Duration::ZERO,
         })
     }
@@ -130,8 +153,8 @@ fn sqlite(body: &str, params: &mut Params) -> Result<SqliteConfig> {
         ));
     }
     let synchronous_full = match params.take("synchronous").as_deref() {
-        None | Some("normal") | Some("NORMAL") => false,
-        Some("full") | Some("FULL") => true,
+        Some("normal") | Some("NORMAL") => false,
+        None | Some("full") | Some("FULL") => true,
         Some(other) => {
             return Err(Error::Config(format!(
                 "sqlite synchronous={other:?} is not supported: use normal or full"
@@ -325,17 +348,18 @@ mod tests {
             config.driver,
             DriverConfig::Sqlite(SqliteConfig {
                 path: "/var/lib/rudder/state.db".into(),
-                synchronous_full: false
-            })
+                synchronous_full: true
+            }),
+            "the embedded default syncs every commit"
         );
         let config =
-            StorageConfig::parse("sqlite://data/state.db?synchronous=full&compact_interval=0")
+            StorageConfig::parse("sqlite://data/state.db?synchronous=normal&compact_interval=0")
                 .unwrap();
         assert_eq!(
             config.driver,
             DriverConfig::Sqlite(SqliteConfig {
                 path: "data/state.db".into(),
-                synchronous_full: true
+                synchronous_full: false
             })
         );
         assert_eq!(config.compaction.interval, Duration::ZERO);
@@ -377,6 +401,7 @@ mod tests {
             ("postgres://h/db?schema=Bad-Name", "not valid"),
             ("sqlite://x.db?bogus=1", "unknown sqlite:// URL parameter"),
             ("sqlite://x.db?compact_interval=5y", "duration"),
+            ("etcd://h:2379?watch_stall_timeout=5s", "SQL drivers"),
         ] {
             let error = StorageConfig::parse(url).unwrap_err().to_string();
             assert!(error.contains(needle), "{url}: {error}");

@@ -44,6 +44,10 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 
+    /// A key or value is over the store's limit (as etcd's "request is too large").
+    #[error("request is too large: {0}")]
+    TooLarge(String),
+
     /// The watcher fell too far behind the event stream and was ended; re-list and re-watch.
     #[error("watcher fell too far behind ({0}); re-list and watch again")]
     WatcherTooSlow(String),
@@ -87,6 +91,40 @@ impl Error {
         Self::Unavailable {
             message: message.into(),
             source: Some(source.into()),
+        }
+    }
+
+    /// A copy for handing one failure to several waiters: the same variant and message, without
+    /// the source (which cannot be cloned).
+    pub fn clone_plain(&self) -> Self {
+        match self {
+            Self::Compacted {
+                requested,
+                compacted,
+            } => Self::Compacted {
+                requested: *requested,
+                compacted: *compacted,
+            },
+            Self::FutureRevision { requested, current } => Self::FutureRevision {
+                requested: *requested,
+                current: *current,
+            },
+            Self::LeaseNotFound(id) => Self::LeaseNotFound(*id),
+            Self::LeaseAlreadyExists(id) => Self::LeaseAlreadyExists(*id),
+            Self::KeyNotFound => Self::KeyNotFound,
+            Self::InvalidArgument(message) => Self::InvalidArgument(message.clone()),
+            Self::TooLarge(message) => Self::TooLarge(message.clone()),
+            Self::WatcherTooSlow(message) => Self::WatcherTooSlow(message.clone()),
+            Self::Config(message) => Self::Config(message.clone()),
+            Self::Unavailable { message, .. } => Self::Unavailable {
+                message: message.clone(),
+                source: None,
+            },
+            Self::Backend { message, .. } => Self::Backend {
+                message: message.clone(),
+                source: None,
+            },
+            Self::Closed => Self::Closed,
         }
     }
 }

@@ -16,6 +16,7 @@ pub mod error;
 pub mod etcd;
 pub mod interface;
 pub mod sql;
+pub mod txn_keys;
 pub mod types;
 
 mod compaction;
@@ -45,12 +46,8 @@ pub async fn open(url: &str) -> Result<Arc<dyn Storage>> {
 pub async fn open_config(config: &StorageConfig) -> Result<Arc<dyn Storage>> {
     use config::DriverConfig;
     Ok(match &config.driver {
-        DriverConfig::Sqlite(sqlite) => {
-            sql::SqlStore::open_sqlite(sqlite, &config.compaction, config.clock_offset).await?
-        }
-        DriverConfig::Postgres(postgres) => {
-            sql::SqlStore::open_postgres(postgres, &config.compaction, config.clock_offset).await?
-        }
+        DriverConfig::Sqlite(sqlite) => sql::SqlStore::open_sqlite(sqlite, config).await?,
+        DriverConfig::Postgres(postgres) => sql::SqlStore::open_postgres(postgres, config).await?,
         DriverConfig::Etcd(etcd) => etcd::EtcdStore::open(etcd, &config.compaction).await?,
     })
 }

@@ -1,20 +1,22 @@
 //! Turns a hub subscription into a client's watch stream: catch up from history when the start
-//! revision is older than the hub's ring, then follow the hub live, never skipping or repeating
-//! a revision.
+//! revision is older than the hub's ring (or the watch fell behind the hub's queue bound), then
+//! follow the hub live, never skipping or repeating a revision.
 
-use std::sync::atomic::Ordering;
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use tokio::sync::Notify;
 
 use crate::error::{Error, Result};
-use crate::hub::{select, Committed, Hub, Receiver, Subscription};
+use crate::hub::{select, Committed, Ended, Hub, Receiver, Subscription};
 use crate::interface::WatchStream;
 use crate::types::{KeyRange, Revision, WatchBatch, WatchRequest};
 
 /// How many revisions one history read covers.
 const HISTORY_WINDOW: Revision = 1000;
+/// At most this many queued revisions go into one batch for the client.
+const REVISIONS_PER_BATCH: usize = 512;
 
 /// A backend's committed log, read back for watches that start in the past.
 #[async_trait]
@@ -29,9 +31,16 @@ pub(crate) trait History: Send + Sync + 'static {
     ) -> Result<Vec<Committed>>;
 }
 
+/// Where a watch stands.
 enum Phase {
+    /// Reading the log from `next` on (the hub's ring does not reach back that far).
     CatchingUp { next: Revision },
-    Live { receiver: Receiver },
+    /// Subscribed: `pending` holds revisions taken from the hub and not yet handed out.
+    Live {
+        pending: VecDeque<Arc<Committed>>,
+        receiver: Receiver,
+    },
+    /// Ended (after an error was yielded).
     Done,
 }
 
@@ -76,18 +85,13 @@ async fn next_batch(state: &mut WatchState) -> Option<Result<WatchBatch>> {
             Phase::Done => return None,
             Phase::CatchingUp { next } => {
                 let next = *next;
-                match state.hub.subscribe(&state.range, next, state.prev_kv) {
+                match state.hub.subscribe(&state.range, next) {
                     Err(error) => return finish(state, error),
                     Ok(Subscription::Live { initial, receiver }) => {
-                        state.phase = Phase::Live { receiver };
-                        if !initial.is_empty() {
-                            let revision =
-                                initial.last().map_or(next, |event| event.kv.mod_revision);
-                            return Some(Ok(WatchBatch {
-                                events: initial,
-                                revision,
-                            }));
-                        }
+                        state.phase = Phase::Live {
+                            pending: initial.into(),
+                            receiver,
+                        };
                     }
                     Ok(Subscription::NeedHistory { upto }) => {
                         let window_end = upto.min(next + HISTORY_WINDOW - 1);
@@ -104,7 +108,7 @@ async fn next_batch(state: &mut WatchState) -> Option<Result<WatchBatch>> {
                         };
                         let events: Vec<_> = committed
                             .iter()
-                            .flat_map(|c| select(&c.events, &state.range, state.prev_kv))
+                            .flat_map(|c| select(c, &state.range, state.prev_kv))
                             .collect();
                         if !events.is_empty() {
                             return Some(Ok(WatchBatch {
@@ -115,8 +119,8 @@ async fn next_batch(state: &mut WatchState) -> Option<Result<WatchBatch>> {
                     }
                 }
             }
-            Phase::Live { receiver } => {
-                if state.progress_pending {
+            Phase::Live { pending, receiver } => {
+                if state.progress_pending && pending.is_empty() {
                     if let Some(revision) = state.hub.progress(receiver) {
                         state.progress_pending = false;
                         return Some(Ok(WatchBatch {
@@ -125,24 +129,39 @@ async fn next_batch(state: &mut WatchState) -> Option<Result<WatchBatch>> {
                         }));
                     }
                 }
-                let received = tokio::select! {
-                    biased;
-                    received = receiver.batches.recv() => received,
-                    _ = state.progress.notified() => {
-                        state.progress_pending = true;
-                        continue;
+                if pending.is_empty() {
+                    let received = tokio::select! {
+                        biased;
+                        received = receiver.recv() => received,
+                        _ = state.progress.notified() => {
+                            state.progress_pending = true;
+                            continue;
+                        }
+                    };
+                    match received {
+                        Ok(committed) => pending.push_back(committed),
+                        Err(Ended::Behind { resume_from }) => {
+                            // Too far behind for the hub's queue: read the rest from the log.
+                            state.phase = Phase::CatchingUp { next: resume_from };
+                            continue;
+                        }
+                        Err(Ended::Failed(error)) => return finish(state, error),
                     }
-                };
-                match received {
-                    Some(batch) => return Some(Ok(batch)),
-                    None => {
-                        let error = if receiver.lagged.load(Ordering::SeqCst) {
-                            Error::WatcherTooSlow("its event queue overflowed".into())
-                        } else {
-                            Error::Closed
-                        };
-                        return finish(state, error);
+                }
+                while pending.len() < REVISIONS_PER_BATCH {
+                    match receiver.try_recv() {
+                        Some(committed) => pending.push_back(committed),
+                        None => break,
                     }
+                }
+                let mut events = Vec::new();
+                let mut revision = 0;
+                for committed in pending.drain(..) {
+                    events.extend(select(&committed, &state.range, state.prev_kv));
+                    revision = committed.revision;
+                }
+                if !events.is_empty() {
+                    return Some(Ok(WatchBatch { events, revision }));
                 }
             }
         }

@@ -174,7 +174,7 @@ async fn compaction_removes_a_deleted_keys_rows_and_never_brings_it_back(
                 Err(error) => Err(error.to_string()),
             }
             .map(|_| ())
-            .map_err(|message| Error::InvalidArgument(message))
+            .map_err(Error::InvalidArgument)
         }) as futures::future::BoxFuture<'static, _>
     };
     let results = in_one_batch(&mut raw, &store, vec![failing, create]).await;

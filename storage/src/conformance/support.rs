@@ -20,6 +20,11 @@ pub(crate) async fn put(store: &dyn Storage, key: &str, value: &str) -> Revision
         .expect("put")
 }
 
+/// Puts a binary `value` at `key` and returns the revision.
+pub(crate) async fn put_bytes(store: &dyn Storage, key: &str, value: &[u8]) -> Revision {
+    store.put(key.as_bytes(), value, 0).await.expect("put")
+}
+
 /// Collects `count` events from a watch, failing the test after `wait`.
 pub(crate) async fn collect(stream: &mut WatchStream, count: usize, wait: Duration) -> Vec<Event> {
     let mut events = Vec::new();

@@ -7,8 +7,10 @@
 //! in how their errors are translated ([`translate`]).
 
 mod dialect;
+mod leases;
 mod poller;
 mod reader;
+mod setup;
 mod txn;
 mod writer;
 
@@ -19,23 +21,31 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::Executor;
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::compaction::spawn_compactor;
-use crate::config::{CompactionConfig, PostgresConfig, SqliteConfig};
+use crate::config::{PostgresConfig, SqliteConfig, StorageConfig};
 use crate::error::{Error, Result};
 use crate::hub::Hub;
 use crate::interface::{Storage, WatchStream};
 use crate::types::*;
 use crate::watcher::watch_stream;
 use dialect::Dialect;
+use leases::expire_leases;
 use reader::{Clock, LogHistory, Reader};
+pub(crate) use setup::wipe_postgres;
+use setup::{ensure_schema, migrations_applied, probe};
 use writer::{Job, Writer};
 
 /// How many recent events the hub keeps for watchers that start slightly in the past.
 const RING_EVENTS: usize = 10_000;
+/// The longest key the SQL drivers store: PostgreSQL's index entries must stay under about
+/// 2.7 KB, and no Kubernetes key comes close (a namespaced name is at most ~350 bytes).
+pub const MAX_KEY_BYTES: usize = 2048;
+/// The most a transaction may write (keys and values), as etcd's `--max-request-bytes`.
+pub const MAX_TXN_BYTES: usize = 1536 * 1024;
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
@@ -61,12 +71,9 @@ struct Connection {
 }
 
 impl SqlStore {
-    /// Opens (creating if needed) a SQLite database file.
-    pub async fn open_sqlite(
-        config: &SqliteConfig,
-        compaction: &CompactionConfig,
-        clock_offset: Duration,
-    ) -> Result<Arc<Self>> {
+    /// Opens (creating if needed) a SQLite database file; `shared` holds the options every
+    /// driver takes (compaction, the watch stall bound).
+    pub async fn open_sqlite(config: &SqliteConfig, shared: &StorageConfig) -> Result<Arc<Self>> {
         if let Some(parent) = config.path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(|error| {
                 Error::Config(format!(
@@ -99,8 +106,7 @@ impl SqlStore {
             &SQLITE_MIGRATIONS,
             String::new(),
             Duration::from_secs(1),
-            compaction,
-            clock(clock_offset),
+            shared,
         )
         .await
     }
@@ -108,15 +114,16 @@ impl SqlStore {
     /// Opens a PostgreSQL database (and schema), applying migrations.
     pub async fn open_postgres(
         config: &PostgresConfig,
-        compaction: &CompactionConfig,
-        clock_offset: Duration,
+        shared: &StorageConfig,
     ) -> Result<Arc<Self>> {
         let options = AnyConnectOptions::from_str(&config.url).map_err(|error| {
             Error::Config(format!("postgres URL is not valid ({error}): use postgres://USER:PASSWORD@HOST:PORT/DATABASE"))
         })?;
         let mut setup = Vec::new();
         if let Some(schema) = &config.schema {
-            setup.push(format!("CREATE SCHEMA IF NOT EXISTS {schema}"));
+            // Created once here, not by every new connection (which would need CREATE on the
+            // database even when the schema exists).
+            ensure_schema(&options, schema).await?;
             setup.push(format!("SET search_path TO {schema}"));
         }
         if let Some(ms) = config.statement_timeout_ms {
@@ -137,8 +144,7 @@ impl SqlStore {
             &POSTGRES_MIGRATIONS,
             channel.clone(),
             Duration::from_millis(250),
-            compaction,
-            clock(clock_offset),
+            shared,
         )
         .await?;
         let listener = poller::listen(
@@ -157,9 +163,11 @@ impl SqlStore {
         migrations: &'static sqlx::migrate::Migrator,
         channel: String,
         poll_interval: Duration,
-        compaction: &CompactionConfig,
-        clock: Clock,
+        shared: &StorageConfig,
     ) -> Result<Arc<Self>> {
+        let clock = Clock {
+            offset_ms: shared.clock_offset.as_millis() as i64,
+        };
         sqlx::any::install_default_drivers();
         probe(dialect, &connection).await?;
         let setup = Arc::new(connection.setup);
@@ -182,10 +190,12 @@ impl SqlStore {
             .connect_with(connection.options.clone())
             .await
             .map_err(translate)?;
-        migrations
-            .run(&write_pool)
-            .await
-            .map_err(|error| Error::backend("applying migrations failed", error))?;
+        if !migrations_applied(&write_pool, migrations).await {
+            migrations
+                .run(&write_pool)
+                .await
+                .map_err(|error| Error::backend("applying migrations failed", error))?;
+        }
         let read_pool = pool_options(connection.max_readers)
             .connect_with(connection.options)
             .await
@@ -200,6 +210,7 @@ impl SqlStore {
         let shutdown = CancellationToken::new();
         let committed = Arc::new(Notify::new());
         let (jobs, receiver) = mpsc::channel(4096);
+        let (published, published_receiver) = watch::channel(meta.revision);
         let writer = Writer {
             pool: write_pool,
             dialect,
@@ -207,7 +218,8 @@ impl SqlStore {
             committed: committed.clone(),
             channel,
             shutdown: shutdown.clone(),
-            clock,
+            published: published_receiver,
+            resume_purge: meta.compact_revision,
         };
         let store = Arc::new(Self {
             reader: reader.clone(),
@@ -225,6 +237,8 @@ impl SqlStore {
             poke: committed,
             interval: poll_interval,
             shutdown: shutdown.clone(),
+            stall_timeout: shared.watch_stall_timeout,
+            published,
         };
         store.track(tokio::spawn(poller.run(meta.revision)));
         store.track(tokio::spawn(expire_leases(
@@ -233,7 +247,7 @@ impl SqlStore {
         )));
         store.track(spawn_compactor(
             Arc::downgrade(&store),
-            compaction.clone(),
+            shared.compaction.clone(),
             shutdown,
         ));
         Ok(store)
@@ -256,109 +270,40 @@ impl SqlStore {
     }
 }
 
-fn clock(offset: Duration) -> Clock {
-    Clock {
-        offset_ms: offset.as_millis() as i64,
-    }
-}
-
-/// Drops the schema a PostgreSQL URL names, or Rudder's tables when it names none.
-pub(crate) async fn wipe_postgres(config: &PostgresConfig) -> Result<()> {
-    use sqlx::Connection as _;
-    sqlx::any::install_default_drivers();
-    let mut conn = sqlx::AnyConnection::connect(&config.url)
-        .await
-        .map_err(translate)?;
-    let statements = match &config.schema {
-        Some(schema) => vec![format!("DROP SCHEMA IF EXISTS {schema} CASCADE")],
-        None => [
-            "rudder_log",
-            "rudder_meta",
-            "rudder_lease",
-            "_sqlx_migrations",
-        ]
-        .iter()
-        .map(|table| format!("DROP TABLE IF EXISTS {table}"))
-        .collect(),
-    };
-    for statement in statements {
-        conn.execute(statement.as_str()).await.map_err(translate)?;
-    }
-    let _ = conn.close().await;
-    Ok(())
-}
-
-/// Connects once, directly, so that an unreachable server or bad credentials are reported with
-/// their real cause (a pool would only say it timed out) and a hint at the fix.
-async fn probe(dialect: &Dialect, connection: &Connection) -> Result<()> {
-    use sqlx::ConnectOptions;
-    let attempt =
-        tokio::time::timeout(connection.connect_timeout, connection.options.connect()).await;
-    let failure = match attempt {
-        Ok(Ok(conn)) => {
-            let _ = sqlx::Connection::close(conn).await;
-            return Ok(());
-        }
-        Ok(Err(error)) => error.to_string(),
-        Err(_) => format!("no answer within {:?}", connection.connect_timeout),
-    };
-    let hint = match dialect.name {
-        "postgres" if failure.contains("password") || failure.contains("authentication") || failure.contains("role") => {
-            "check the user and password in the URL (postgres://USER:PASSWORD@HOST:PORT/DATABASE)"
-        }
-        "postgres" if failure.contains("does not exist") => {
-            "create the database first (createdb NAME) or name an existing one in the URL"
-        }
-        "postgres" if failure.contains("certificate") || failure.contains("tls") || failure.contains("TLS") => {
-            "check sslmode and sslrootcert in the URL: the server's certificate must verify against the root CA"
-        }
-        "postgres" => "check that PostgreSQL is running and reachable at the URL's host and port",
-        _ => "check that the directory exists and is writable",
-    };
-    Err(Error::Unavailable {
-        message: format!("cannot open {} storage: {failure}; {hint}", dialect.name),
-        source: None,
-    })
-}
-
-/// Revokes expired leases, a few times a second.
-async fn expire_leases(store: std::sync::Weak<SqlStore>, shutdown: CancellationToken) {
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
-        }
-        let Some(store) = store.upgrade() else { return };
-        let expired = match store
-            .reader
-            .ids(
-                store.reader.dialect.expired_leases,
-                Some(store.clock.now_ms()),
-            )
-            .await
-        {
-            Ok(expired) => expired,
-            Err(error) => {
-                tracing::warn!(%error, "listing expired leases failed");
-                continue;
-            }
-        };
-        for id in expired {
-            match store
-                .submit(|reply| Job::LeaseRevoke {
-                    id,
-                    expired_only: true,
-                    reply,
-                })
-                .await
-            {
-                Ok(()) | Err(Error::LeaseNotFound(_)) => {}
-                Err(error) => {
-                    tracing::warn!(%error, lease = id, "revoking an expired lease failed")
+/// Refuses what the SQL drivers cannot or will not store, before it reaches the writer.
+fn check_txn_limits(request: &TxnRequest) -> Result<()> {
+    fn visit(ops: &[TxnOp], bytes: &mut usize) -> Result<()> {
+        for op in ops {
+            match op {
+                TxnOp::Put(put) => {
+                    if put.key.len() > MAX_KEY_BYTES {
+                        return Err(Error::TooLarge(format!(
+                            "a key of {} bytes is over the limit of {MAX_KEY_BYTES}",
+                            put.key.len()
+                        )));
+                    }
+                    *bytes += put.key.len() + put.value.len();
                 }
+                TxnOp::Txn(nested) => {
+                    visit(&nested.success, bytes)?;
+                    visit(&nested.failure, bytes)?;
+                }
+                TxnOp::Range(_) | TxnOp::DeleteRange(_) => {}
             }
         }
+        Ok(())
     }
+    let mut bytes = 0;
+    visit(&request.success, &mut bytes)?;
+    let mut failure = 0;
+    visit(&request.failure, &mut failure)?;
+    let largest = bytes.max(failure);
+    if largest > MAX_TXN_BYTES {
+        return Err(Error::TooLarge(format!(
+            "a transaction writing {largest} bytes is over the limit of {MAX_TXN_BYTES}"
+        )));
+    }
+    crate::txn_keys::check_duplicate_keys(request)
 }
 
 #[async_trait]
@@ -368,6 +313,7 @@ impl Storage for SqlStore {
     }
 
     async fn txn(&self, request: TxnRequest) -> Result<TxnResponse> {
+        check_txn_limits(&request)?;
         self.submit(|reply| Job::Txn { request, reply }).await
     }
 
@@ -398,11 +344,7 @@ impl Storage for SqlStore {
                 "lease TTL must be positive, got {ttl}"
             )));
         }
-        let id = if id == 0 {
-            rand::random::<i64>().abs().max(1)
-        } else {
-            id
-        };
+        let id = (id != 0).then_some(id);
         self.submit(|reply| Job::LeaseGrant { id, ttl, reply })
             .await
     }
@@ -421,10 +363,9 @@ impl Storage for SqlStore {
     }
 
     async fn lease_time_to_live(&self, id: LeaseId, keys: bool) -> Result<LeaseInfo> {
-        let Some((granted_ttl, expires_at)) = self.reader.lease(id).await? else {
+        let Some((granted_ttl, remaining_ms)) = self.reader.lease(id).await? else {
             return Err(Error::LeaseNotFound(id));
         };
-        let remaining_ms = expires_at - self.clock.now_ms();
         if remaining_ms <= 0 {
             return Err(Error::LeaseNotFound(id));
         }
@@ -442,7 +383,7 @@ impl Storage for SqlStore {
     }
 
     async fn lease_list(&self) -> Result<Vec<LeaseId>> {
-        self.reader.ids(self.reader.dialect.list_leases, None).await
+        self.reader.ids(self.reader.dialect.list_leases).await
     }
 
     async fn status(&self) -> Result<Status> {

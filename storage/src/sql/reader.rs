@@ -20,6 +20,8 @@ use crate::watcher::History;
 pub(crate) struct Meta {
     pub revision: Revision,
     pub compact_revision: Revision,
+    /// Compaction may have removed rows below this revision (see the writer's purge).
+    pub purged_revision: Revision,
 }
 
 impl Meta {
@@ -42,7 +44,10 @@ pub(crate) struct LatestRow {
     pub deleted: bool,
 }
 
-/// This process's wall clock, which tests may set ahead to simulate clock skew between servers.
+/// This process's wall clock (which tests may set ahead to simulate clock skew between servers).
+/// Lease expiry never uses it — the database's clock decides — but the lease expirer compares
+/// the two and warns when they drift apart, since other time-based behaviour (certificates,
+/// tokens) will suffer from the skew.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Clock {
     pub offset_ms: i64,
@@ -66,10 +71,11 @@ pub(crate) async fn read_meta(conn: &mut AnyConnection, sql: &'static str) -> Re
     Ok(Meta {
         revision: row.try_get(0).map_err(translate)?,
         compact_revision: row.try_get(1).map_err(translate)?,
+        purged_revision: row.try_get(2).map_err(translate)?,
     })
 }
 
-/// `(ttl, expires_at_ms)` of a lease, on `conn`.
+/// `(ttl, milliseconds left by the database's clock)` of a lease, on `conn`.
 pub(crate) async fn read_lease(
     conn: &mut AnyConnection,
     dialect: &Dialect,
@@ -211,7 +217,7 @@ pub(crate) async fn events_between(
         .bind(end),
     };
     let rows = query.fetch_all(&mut *conn).await.map_err(translate)?;
-    let mut committed: Vec<Committed> = Vec::new();
+    let mut grouped: Vec<(Revision, Vec<Event>)> = Vec::new();
     for row in rows {
         let revision: i64 = row.try_get(0).map_err(translate)?;
         let key: Vec<u8> = row.try_get(1).map_err(translate)?;
@@ -254,15 +260,15 @@ pub(crate) async fn events_between(
                 prev_kv,
             }
         };
-        match committed.last_mut() {
-            Some(last) if last.revision == revision => last.events.push(event),
-            _ => committed.push(Committed {
-                revision,
-                events: vec![event],
-            }),
+        match grouped.last_mut() {
+            Some((last, events)) if *last == revision => events.push(event),
+            _ => grouped.push((revision, vec![event])),
         }
     }
-    Ok(committed)
+    Ok(grouped
+        .into_iter()
+        .map(|(revision, events)| Committed::new(revision, events))
+        .collect())
 }
 
 /// Reads through the read pool.
@@ -299,11 +305,7 @@ impl Reader {
     pub async fn range(&self, request: &RangeRequest) -> Result<RangeResponse> {
         let mut conn = self.conn().await?;
         if request.count_only {
-            let meta = read_meta(&mut conn, self.dialect.read_meta).await?;
-            let revision = Self::check_revision(meta, request.revision)?;
-            let mut response = range_at(&mut conn, self.dialect, request, revision).await?;
-            response.revision = meta.revision;
-            return Ok(response);
+            return self.count(&mut conn, request).await;
         }
         // The counters and the rows in one statement, so one snapshot and one round trip.
         let (start, end, bounded) = bounds(&request.range);
@@ -333,6 +335,7 @@ impl Reader {
                 meta = Some(Meta {
                     revision,
                     compact_revision: row.try_get(1).map_err(translate)?,
+                    purged_revision: 0,
                 });
                 continue;
             }
@@ -384,6 +387,38 @@ impl Reader {
         })
     }
 
+    /// A count-only read: the count and the counters it is checked against from one snapshot.
+    async fn count(
+        &self,
+        conn: &mut AnyConnection,
+        request: &RangeRequest,
+    ) -> Result<RangeResponse> {
+        let (start, end, bounded) = bounds(&request.range);
+        let sql = if bounded {
+            self.dialect.count_snapshot_bounded
+        } else {
+            self.dialect.count_snapshot_unbounded
+        };
+        let row = sqlx::query(sql)
+            .bind(start)
+            .bind(end)
+            .bind(request.revision.max(0))
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(translate)?;
+        let meta = Meta {
+            revision: row.try_get(0).map_err(translate)?,
+            compact_revision: row.try_get(1).map_err(translate)?,
+            purged_revision: 0,
+        };
+        Self::check_revision(meta, request.revision)?;
+        Ok(RangeResponse {
+            count: row.try_get(2).map_err(translate)?,
+            revision: meta.revision,
+            ..RangeResponse::default()
+        })
+    }
+
     pub async fn events(
         &self,
         range: Option<&KeyRange>,
@@ -402,6 +437,15 @@ impl Reader {
         row.try_get(0).map_err(translate)
     }
 
+    /// The database's clock, in milliseconds since the Unix epoch.
+    pub async fn database_now_ms(&self) -> Result<i64> {
+        let row = sqlx::query(self.dialect.database_now_ms)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(translate)?;
+        row.try_get(0).map_err(translate)
+    }
+
     pub async fn server_version(&self) -> Result<String> {
         let row = sqlx::query(self.dialect.server_version)
             .fetch_one(&self.pool)
@@ -410,7 +454,7 @@ impl Reader {
         row.try_get(0).map_err(translate)
     }
 
-    /// `(ttl, expires_at_ms)` of a lease.
+    /// `(ttl, milliseconds left)` of a lease, by the database's clock.
     pub async fn lease(&self, id: LeaseId) -> Result<Option<(i64, i64)>> {
         let mut conn = self.conn().await?;
         read_lease(&mut conn, self.dialect, id).await
@@ -427,12 +471,11 @@ impl Reader {
             .collect()
     }
 
-    pub async fn ids(&self, sql: &'static str, bind: Option<i64>) -> Result<Vec<LeaseId>> {
-        let mut query = sqlx::query(sql);
-        if let Some(value) = bind {
-            query = query.bind(value);
-        }
-        let rows = query.fetch_all(&self.pool).await.map_err(translate)?;
+    pub async fn ids(&self, sql: &'static str) -> Result<Vec<LeaseId>> {
+        let rows = sqlx::query(sql)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(translate)?;
         rows.iter()
             .map(|row| row.try_get(0).map_err(translate))
             .collect()

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use sqlx::{AnyConnection, Row};
 
 use super::dialect::{insert_rows, latest_rows, link_rows, Dialect};
-use super::reader::{range_at, read_lease, Clock, LatestRow};
+use super::reader::{range_at, read_lease, LatestRow};
 use super::translate;
 use crate::error::{Error, Result};
 use crate::types::*;
@@ -53,7 +53,6 @@ pub(crate) struct Batch<'c> {
     pending: Vec<LogRow>,
     /// Rows already in the database that pending rows supersede: `(key, revision, next)`.
     links: Vec<(Vec<u8>, Revision, Revision)>,
-    clock: Clock,
 }
 
 impl<'c> Batch<'c> {
@@ -62,7 +61,6 @@ impl<'c> Batch<'c> {
         dialect: &'static Dialect,
         revision: Revision,
         compact_revision: Revision,
-        clock: Clock,
     ) -> Self {
         Self {
             conn,
@@ -72,7 +70,6 @@ impl<'c> Batch<'c> {
             cache: HashMap::new(),
             pending: Vec::new(),
             links: Vec::new(),
-            clock,
         }
     }
 
@@ -209,10 +206,10 @@ impl<'c> Batch<'c> {
         Ok(self
             .lease(lease)
             .await?
-            .is_some_and(|(_, expires)| expires > self.clock.now_ms()))
+            .is_some_and(|(_, remaining_ms)| remaining_ms > 0))
     }
 
-    /// `(ttl, expires_at_ms)` of a lease.
+    /// `(ttl, milliseconds left)` of a lease, by the database's clock.
     pub async fn lease(&mut self, id: LeaseId) -> Result<Option<(i64, i64)>> {
         read_lease(self.conn, self.dialect, id).await
     }
@@ -242,20 +239,45 @@ impl<'c> Batch<'c> {
         }
     }
 
-    /// Deletes the live keys among `keys` as the next revision.
-    pub async fn delete_keys(&mut self, keys: &[Vec<u8>]) -> Result<()> {
-        let mut context = TxnContext {
-            batch: self,
-            sub: 0,
-        };
-        for key in keys {
-            if let Some(current) = context.batch.live(key).await? {
-                context.tombstone(&current);
+    /// Deletes every live key attached to `lease` as the next revision, in two set-based
+    /// statements however many keys there are (kube-apiserver attaches a minute of Events to
+    /// one lease), keeping the cache true for the keys it deleted.
+    pub async fn revoke_keys(&mut self, lease: LeaseId) -> Result<()> {
+        self.flush().await?;
+        let revision = self.revision + 1;
+        let deleted = sqlx::query(self.dialect.revoke_tombstones)
+            .bind(lease)
+            .bind(revision)
+            .execute(&mut *self.conn)
+            .await
+            .map_err(translate)?
+            .rows_affected();
+        if deleted == 0 {
+            return Ok(());
+        }
+        sqlx::query(self.dialect.revoke_link)
+            .bind(lease)
+            .bind(revision)
+            .execute(&mut *self.conn)
+            .await
+            .map_err(translate)?;
+        // The cache may hold some of these keys as live: say they are deleted.
+        for (key, cached) in self.cache.iter_mut() {
+            if cached
+                .as_ref()
+                .is_some_and(|row| !row.deleted && row.kv.lease == lease)
+            {
+                *cached = Some(LatestRow {
+                    kv: KeyValue {
+                        key: key.clone(),
+                        mod_revision: revision,
+                        ..KeyValue::default()
+                    },
+                    deleted: true,
+                });
             }
         }
-        if context.sub > 0 {
-            self.revision += 1;
-        }
+        self.revision = revision;
         Ok(())
     }
 }
@@ -306,7 +328,6 @@ impl TxnContext<'_, '_> {
 
     /// Evaluates the compares along the branches that will run, in pre-order, before any write.
     async fn plan(&mut self, request: &TxnRequest, path: &mut Vec<bool>) -> Result<()> {
-        check_no_duplicate_puts(request)?;
         let mut succeeded = true;
         for compare in &request.compare {
             if !self.holds(compare).await? {
@@ -567,35 +588,4 @@ pub(crate) fn compare_kv(compare: &Compare, kv: &KeyValue) -> bool {
         CompareOp::Greater => ordering == Ordering::Greater,
         CompareOp::Less => ordering == Ordering::Less,
     }
-}
-
-/// etcd refuses a transaction branch that puts one key twice, or puts a key it also deletes.
-pub(crate) fn check_no_duplicate_puts(request: &TxnRequest) -> Result<()> {
-    for branch in [&request.success, &request.failure] {
-        let mut puts: Vec<&[u8]> = Vec::new();
-        let mut deletes: Vec<&KeyRange> = Vec::new();
-        for op in branch {
-            match op {
-                TxnOp::Put(put) => {
-                    if puts.contains(&put.key.as_slice()) {
-                        return Err(Error::InvalidArgument(
-                            "duplicate key given in txn request".into(),
-                        ));
-                    }
-                    puts.push(&put.key);
-                }
-                TxnOp::DeleteRange(delete) => deletes.push(&delete.range),
-                _ => {}
-            }
-        }
-        if puts
-            .iter()
-            .any(|key| deletes.iter().any(|range| range.contains(key)))
-        {
-            return Err(Error::InvalidArgument(
-                "duplicate key given in txn request".into(),
-            ));
-        }
-    }
-    Ok(())
 }

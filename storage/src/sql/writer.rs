@@ -10,17 +10,23 @@
 //!
 //! The meta row lock serializes writers of *all* processes on one database, so revisions are
 //! gapless and commit in revision order; SQLite's `BEGIN IMMEDIATE` does the same for a file.
+//!
+//! Between batches the task also removes the rows compaction made obsolete ([`Purge`]), a
+//! bounded number per step, and only once this process's log poller has published every
+//! revision up to the compaction's target — so no local watcher ever misses an event because
+//! its rows went first. Watchers of other processes that fall that far behind are told
+//! (`purged_revision` in the meta row, set before any row goes) and end with `Compacted`.
 
 use std::sync::Arc;
 
 use sqlx::{AnyConnection, AnyPool};
-use sqlx::{Connection, Executor, Row};
-use tokio::sync::{mpsc, oneshot, Notify};
+use sqlx::{Executor, Row};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
 use super::dialect::finish_write;
 use super::dialect::Dialect;
-use super::reader::{Clock, Meta};
+use super::reader::Meta;
 use super::translate;
 use super::txn::{keys_of, may_fail_midway, Batch};
 use crate::error::{Error, Result};
@@ -28,8 +34,10 @@ use crate::types::*;
 
 /// At most this many jobs share one database transaction.
 const MAX_BATCH: usize = 256;
-/// Revisions of history removed per compaction step.
-const COMPACT_WINDOW: i64 = 1000;
+/// Rows removed per compaction step (one statement), so writes wait little between steps.
+const PURGE_ROWS: i64 = 1000;
+/// Attempts at a random lease id before giving up (a collision is already one in 2^63).
+const LEASE_ID_ATTEMPTS: usize = 8;
 
 /// One unit of work for the writer.
 pub(crate) enum Job {
@@ -37,8 +45,9 @@ pub(crate) enum Job {
         request: TxnRequest,
         reply: oneshot::Sender<Result<TxnResponse>>,
     },
+    /// Grants a lease; `id` `None` lets the writer pick an unused one.
     LeaseGrant {
-        id: LeaseId,
+        id: Option<LeaseId>,
         ttl: i64,
         reply: oneshot::Sender<Result<Lease>>,
     },
@@ -75,16 +84,30 @@ pub(crate) struct Writer {
     /// `pg_notify` channel for other processes.
     pub channel: String,
     pub shutdown: CancellationToken,
-    pub clock: Clock,
+    /// The last revision this process's log poller has published to watchers.
+    pub published: watch::Receiver<Revision>,
+    /// The compacted revision at start: its rows may still be there (a stop mid-purge).
+    pub resume_purge: Revision,
+}
+
+/// Compaction's physical half: rows obsolete at `target` still to remove.
+#[derive(Clone, Copy, Debug)]
+struct Purge {
+    target: Revision,
+    /// Whether `purged_revision` already says so (it must, before the first row goes).
+    marked: bool,
 }
 
 impl Writer {
     pub async fn run(mut self) {
-        // Physical compaction still to do: (target, next window start).
-        let mut compaction: Option<(Revision, Revision)> = None;
+        let mut purge = (self.resume_purge > 0).then_some(Purge {
+            target: self.resume_purge,
+            marked: false,
+        });
         loop {
+            let ready = purge.is_some_and(|p| *self.published.borrow() >= p.target);
             let mut batch = Vec::new();
-            if compaction.is_some() {
+            if ready {
                 while batch.len() < MAX_BATCH {
                     match self.jobs.try_recv() {
                         Ok(job) => batch.push(job),
@@ -92,6 +115,7 @@ impl Writer {
                     }
                 }
             } else {
+                let waiting_for_poller = purge.is_some();
                 tokio::select! {
                     _ = self.shutdown.cancelled() => return,
                     received = self.jobs.recv_many(&mut batch, MAX_BATCH) => {
@@ -99,20 +123,30 @@ impl Writer {
                             return;
                         }
                     }
+                    changed = self.published.changed(), if waiting_for_poller => {
+                        if changed.is_err() {
+                            // The poller stopped: the store is closing.
+                            return;
+                        }
+                    }
                 }
             }
             if !batch.is_empty() {
-                if let Some(started) = self.run_batch(batch).await {
-                    compaction = Some(started);
+                if let Some(target) = self.run_batch(batch).await {
+                    // A later target covers everything an earlier one still had to remove.
+                    purge = Some(Purge {
+                        target: purge.map_or(target, |p| p.target.max(target)),
+                        marked: false,
+                    });
                 }
             }
-            if let Some((target, start)) = compaction {
-                compaction = match self.compact_window(target, start).await {
-                    Ok(next) => next.map(|next| (target, next)),
+            if let Some(step) = purge.filter(|p| *self.published.borrow() >= p.target) {
+                purge = match self.purge_step(step).await {
+                    Ok(next) => next,
                     Err(error) => {
-                        tracing::warn!(%error, "compaction step failed; will retry");
+                        tracing::warn!(%error, "removing compacted rows failed; will retry");
                         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-                        Some((target, start))
+                        Some(step)
                     }
                 };
             }
@@ -122,8 +156,8 @@ impl Writer {
         }
     }
 
-    /// Applies a batch; returns a physical compaction to start, if one was asked for.
-    async fn run_batch(&mut self, batch: Vec<Job>) -> Option<(Revision, Revision)> {
+    /// Applies a batch; returns the target of a compaction it committed, if any.
+    async fn run_batch(&mut self, batch: Vec<Job>) -> Option<Revision> {
         let mut conn = match self.pool.acquire().await {
             Ok(conn) => conn,
             Err(error) => {
@@ -152,7 +186,7 @@ impl Writer {
             Err(error) => {
                 let _ = conn.execute("ROLLBACK").await;
                 // The connection's state is unknown: do not return it to the pool.
-                let _ = conn.detach().close().await;
+                let _ = sqlx::Connection::close(conn.detach()).await;
                 fail_all(batch, &error);
                 None
             }
@@ -164,7 +198,7 @@ impl Writer {
         conn: &mut AnyConnection,
         batch: &[Job],
         outcomes: &mut Vec<Result<Outcome>>,
-    ) -> Result<(bool, Option<(Revision, Revision)>)> {
+    ) -> Result<(bool, Option<Revision>)> {
         // No bind arguments: the simple protocol, which takes several statements at once.
         let locked = conn
             .fetch_all(self.dialect.begin_and_lock)
@@ -174,6 +208,7 @@ impl Writer {
             Some(row) => Meta {
                 revision: row.try_get(0).map_err(translate)?,
                 compact_revision: row.try_get(1).map_err(translate)?,
+                purged_revision: row.try_get(2).map_err(translate)?,
             },
             None => {
                 return Err(Error::Backend {
@@ -182,13 +217,7 @@ impl Writer {
                 })
             }
         };
-        let mut state = Batch::new(
-            conn,
-            self.dialect,
-            meta.revision,
-            meta.compact_revision,
-            self.clock,
-        );
+        let mut state = Batch::new(conn, self.dialect, meta.revision, meta.compact_revision);
         let mut keys = Vec::new();
         for job in batch {
             if let Job::Txn { request, .. } = job {
@@ -261,33 +290,36 @@ impl Writer {
         state: &mut Batch<'_>,
         job: &Job,
         protected: bool,
-    ) -> Result<(Outcome, Option<(Revision, Revision)>)> {
-        let now = self.clock.now_ms();
+    ) -> Result<(Outcome, Option<Revision>)> {
         let outcome = match job {
             Job::Txn { request, .. } => Outcome::Txn(state.txn(request, protected).await?),
             Job::LeaseGrant { id, ttl, .. } => {
-                if state.lease(*id).await?.is_some() {
-                    return Err(Error::LeaseAlreadyExists(*id));
-                }
+                let id = match id {
+                    Some(id) => {
+                        if state.lease(*id).await?.is_some() {
+                            return Err(Error::LeaseAlreadyExists(*id));
+                        }
+                        *id
+                    }
+                    None => unused_lease_id(state).await?,
+                };
                 sqlx::query(self.dialect.insert_lease)
-                    .bind(*id)
+                    .bind(id)
                     .bind(*ttl)
-                    .bind(now + ttl * 1000)
                     .execute(&mut *state.conn)
                     .await
                     .map_err(translate)?;
-                Outcome::Lease(Lease { id: *id, ttl: *ttl })
+                Outcome::Lease(Lease { id, ttl: *ttl })
             }
             Job::LeaseKeepAlive { id, .. } => {
-                let Some((ttl, expires)) = state.lease(*id).await? else {
+                let Some((ttl, remaining_ms)) = state.lease(*id).await? else {
                     return Err(Error::LeaseNotFound(*id));
                 };
-                if expires <= now {
+                if remaining_ms <= 0 {
                     return Err(Error::LeaseNotFound(*id));
                 }
                 sqlx::query(self.dialect.renew_lease)
                     .bind(*id)
-                    .bind(now + ttl * 1000)
                     .execute(&mut *state.conn)
                     .await
                     .map_err(translate)?;
@@ -296,23 +328,13 @@ impl Writer {
             Job::LeaseRevoke {
                 id, expired_only, ..
             } => {
-                let Some((_, expires)) = state.lease(*id).await? else {
+                let Some((_, remaining_ms)) = state.lease(*id).await? else {
                     return Err(Error::LeaseNotFound(*id));
                 };
-                if *expired_only && expires > now {
+                if *expired_only && remaining_ms > 0 {
                     return Ok((Outcome::Done, None));
                 }
-                state.flush().await?;
-                let rows = sqlx::query(self.dialect.lease_keys)
-                    .bind(*id)
-                    .fetch_all(&mut *state.conn)
-                    .await
-                    .map_err(translate)?;
-                let keys = rows
-                    .iter()
-                    .map(|row| row.try_get(0).map_err(translate))
-                    .collect::<Result<Vec<Vec<u8>>>>()?;
-                state.delete_keys(&keys).await?;
+                state.revoke_keys(*id).await?;
                 sqlx::query(self.dialect.delete_lease)
                     .bind(*id)
                     .execute(&mut *state.conn)
@@ -336,30 +358,62 @@ impl Writer {
                         compacted: state.compact_revision,
                     });
                 }
-                let start = state.compact_revision;
                 state.compact_revision = target;
-                return Ok((Outcome::Done, Some((target, start.max(0)))));
+                return Ok((Outcome::Done, Some(target)));
             }
         };
         Ok((outcome, None))
     }
 
-    /// Deletes one window of history made obsolete by compaction to `target`; returns the next
-    /// window's start, or `None` when done.
-    async fn compact_window(&self, target: Revision, start: Revision) -> Result<Option<Revision>> {
-        let end = (start + COMPACT_WINDOW).min(target);
+    /// Removes one step's worth of rows compaction to `purge.target` made obsolete: rows
+    /// superseded at or below it, and tombstones below it (what no read or watch at or above
+    /// the compacted revision can see). Returns what is left to do, `None` when done.
+    async fn purge_step(&self, purge: Purge) -> Result<Option<Purge>> {
         let mut conn = self.pool.acquire().await.map_err(translate)?;
-        let mut tx = conn.begin().await.map_err(translate)?;
-        sqlx::query(self.dialect.compact_window)
-            .bind(target)
-            .bind(start)
-            .bind(end)
-            .execute(&mut *tx)
-            .await
-            .map_err(translate)?;
-        tx.commit().await.map_err(translate)?;
-        Ok(if end >= target { None } else { Some(end) })
+        if !purge.marked {
+            sqlx::query(self.dialect.mark_purged)
+                .bind(purge.target)
+                .execute(&mut *conn)
+                .await
+                .map_err(translate)?;
+        }
+        let marked = Purge {
+            marked: true,
+            ..purge
+        };
+        for statement in [self.dialect.purge_superseded, self.dialect.purge_tombstones] {
+            let removed = sqlx::query(statement)
+                .bind(purge.target)
+                .bind(PURGE_ROWS)
+                .execute(&mut *conn)
+                .await
+                .map_err(translate)?
+                .rows_affected();
+            if removed >= PURGE_ROWS as u64 {
+                return Ok(Some(marked));
+            }
+        }
+        Ok(None)
     }
+}
+
+/// A random lease id (positive, as etcd's) that no lease has.
+async fn unused_lease_id(state: &mut Batch<'_>) -> Result<LeaseId> {
+    for _ in 0..LEASE_ID_ATTEMPTS {
+        let id = positive_lease_id(rand::random::<i64>());
+        if state.lease(id).await?.is_none() {
+            return Ok(id);
+        }
+    }
+    Err(Error::Backend {
+        message: "no unused lease id found".into(),
+        source: None,
+    })
+}
+
+/// A lease id from 64 random bits: the sign bit cleared (no overflow, unlike `abs`), never 0.
+pub(crate) fn positive_lease_id(bits: i64) -> LeaseId {
+    (bits & i64::MAX).max(1)
 }
 
 fn reply(job: Job, outcome: Result<Outcome>) {
@@ -414,5 +468,20 @@ fn fail_all(batch: Vec<Job>, error: &Error) {
             },
         };
         reply(job, Err(copy));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::positive_lease_id;
+
+    #[test]
+    fn random_lease_ids_are_positive_for_every_input() {
+        for bits in [i64::MIN, -1, 0, 1, i64::MAX, -42] {
+            let id = positive_lease_id(bits);
+            assert!(id > 0, "{bits} gave {id}");
+        }
+        assert_eq!(positive_lease_id(i64::MIN), 1);
+        assert_eq!(positive_lease_id(-1), i64::MAX);
     }
 }

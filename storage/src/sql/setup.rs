@@ -1,0 +1,129 @@
+//! Opening a SQL database: a first direct connection that reports why it failed, the
+//! PostgreSQL schema created once (not by every connection), migrations applied only when some
+//! are missing (so a role without DDL rights can run on a prepared database), and wiping a
+//! store for tests and benchmarks.
+
+use sqlx::any::AnyConnectOptions;
+use sqlx::Executor;
+
+use super::dialect::Dialect;
+use super::{translate, Connection};
+use crate::config::PostgresConfig;
+use crate::error::{Error, Result};
+
+/// Creates `schema` unless it exists; two servers starting at once may both try.
+pub(super) async fn ensure_schema(options: &AnyConnectOptions, schema: &str) -> Result<()> {
+    use sqlx::ConnectOptions;
+    sqlx::any::install_default_drivers();
+    let Ok(mut conn) = options.connect().await else {
+        // `probe` reports why the server cannot be reached.
+        return Ok(());
+    };
+    let exists = sqlx::query("SELECT 1 FROM pg_namespace WHERE nspname = $1")
+        .bind(schema.to_string())
+        .fetch_optional(&mut conn)
+        .await
+        .map_err(translate)?
+        .is_some();
+    let result = if exists {
+        Ok(())
+    } else {
+        match conn
+            .execute(format!("CREATE SCHEMA IF NOT EXISTS {schema}").as_str())
+            .await
+        {
+            Ok(_) => Ok(()),
+            // Another server created it meanwhile (unique violation on pg_namespace).
+            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23505") => Ok(()),
+            Err(error) => Err(Error::Unavailable {
+                message: format!(
+                    "cannot create the schema {schema}: {error}; create it (CREATE SCHEMA {schema}) \
+                     as a role allowed to, or grant this role CREATE on the database"
+                ),
+                source: None,
+            }),
+        }
+    };
+    let _ = sqlx::Connection::close(conn).await;
+    result
+}
+
+/// Whether every migration is already recorded as applied, so a role that may use Rudder's
+/// tables but not create them can open the store.
+pub(super) async fn migrations_applied(
+    pool: &sqlx::AnyPool,
+    migrations: &sqlx::migrate::Migrator,
+) -> bool {
+    let Ok(rows) = sqlx::query("SELECT version FROM _sqlx_migrations WHERE success")
+        .fetch_all(pool)
+        .await
+    else {
+        return false;
+    };
+    let applied: Vec<i64> = rows
+        .iter()
+        .filter_map(|row| sqlx::Row::try_get(row, 0).ok())
+        .collect();
+    migrations
+        .iter()
+        .all(|migration| applied.contains(&migration.version))
+}
+
+/// Drops the schema a PostgreSQL URL names, or Rudder's tables when it names none.
+pub(crate) async fn wipe_postgres(config: &PostgresConfig) -> Result<()> {
+    use sqlx::Connection as _;
+    sqlx::any::install_default_drivers();
+    let mut conn = sqlx::AnyConnection::connect(&config.url)
+        .await
+        .map_err(translate)?;
+    let statements = match &config.schema {
+        Some(schema) => vec![format!("DROP SCHEMA IF EXISTS {schema} CASCADE")],
+        None => [
+            "rudder_log",
+            "rudder_meta",
+            "rudder_lease",
+            "_sqlx_migrations",
+        ]
+        .iter()
+        .map(|table| format!("DROP TABLE IF EXISTS {table}"))
+        .collect(),
+    };
+    for statement in statements {
+        conn.execute(statement.as_str()).await.map_err(translate)?;
+    }
+    let _ = conn.close().await;
+    Ok(())
+}
+
+/// Connects once, directly, so that an unreachable server or bad credentials are reported with
+/// their real cause (a pool would only say it timed out) and a hint at the fix.
+pub(super) async fn probe(dialect: &Dialect, connection: &Connection) -> Result<()> {
+    use sqlx::ConnectOptions;
+    let attempt =
+        tokio::time::timeout(connection.connect_timeout, connection.options.connect()).await;
+    let failure = match attempt {
+        Ok(Ok(conn)) => {
+            let _ = sqlx::Connection::close(conn).await;
+            return Ok(());
+        }
+        Ok(Err(error)) => error.to_string(),
+        Err(_) => format!("no answer within {:?}", connection.connect_timeout),
+    };
+    let hint = match dialect.name {
+        "postgres" if failure.contains("password") || failure.contains("authentication") || failure.contains("role") => {
+            "check the user and password in the URL (postgres://USER:PASSWORD@HOST:PORT/DATABASE)"
+        }
+        "postgres" if failure.contains("does not exist") => {
+            "create the database first (createdb NAME) or name an existing one in the URL"
+        }
+        "postgres" if failure.contains("certificate") || failure.contains("tls") || failure.contains("TLS") => {
+            "check sslmode and sslrootcert in the URL: the server's certificate must verify against the root CA"
+        }
+        "postgres" => "check that PostgreSQL is running and reachable at the URL's host and port",
+        _ => "check that the directory exists and is writable",
+    };
+    Err(Error::Unavailable {
+        message: format!("cannot open {} storage: {failure}; {hint}", dialect.name),
+        source: None,
+    })
+}
