@@ -8,7 +8,7 @@ use etcd_client::proto::{
 use rudder_storage as storage;
 use tonic::Status;
 
-use crate::status::{EMPTY_KEY, TOO_MANY_OPS};
+use crate::status::{EMPTY_KEY, LEASE_PROVIDED, TOO_MANY_OPS, VALUE_PROVIDED};
 
 /// etcd's `--max-txn-ops` default.
 pub const MAX_TXN_OPS: usize = 128;
@@ -35,6 +35,27 @@ pub fn event(event: &storage::Event) -> PbEvent {
     }
 }
 
+/// A watch's key range from etcd's `(key, range_end)`: as etcd's watch server, an empty key
+/// means `"\0"` (the smallest key), and a range end of `"\0"` every key from `key` on. A key at
+/// or past its range end is refused (`Err` with etcd's reason) when the watch is created.
+pub fn watch_range(key: &[u8], range_end: &[u8]) -> Result<storage::KeyRange, &'static str> {
+    let start = if key.is_empty() {
+        vec![0]
+    } else {
+        key.to_vec()
+    };
+    if range_end.is_empty() {
+        return Ok(storage::KeyRange::key(start));
+    }
+    if range_end == [0] {
+        return Ok(storage::KeyRange::from_key(start));
+    }
+    if start.as_slice() >= range_end {
+        return Err("mvcc: watcher range is empty");
+    }
+    Ok(storage::KeyRange::between(start, range_end.to_vec()))
+}
+
 /// A key range from etcd's `(key, range_end)`.
 pub fn key_range(key: &[u8], range_end: &[u8]) -> Result<storage::KeyRange, Status> {
     if key.is_empty() {
@@ -43,11 +64,12 @@ pub fn key_range(key: &[u8], range_end: &[u8]) -> Result<storage::KeyRange, Stat
     Ok(storage::KeyRange::between(key.to_vec(), range_end.to_vec()))
 }
 
-/// The part of a range request the storage interface serves; sorting and revision filters are
-/// applied afterwards by [`crate::kv`].
+/// The part of a range request the storage interface serves; sorting, revision filters and
+/// the final limit are applied afterwards by [`crate::kv`], in etcd's order: with a sort order
+/// or a revision filter everything is read, then sorted and cut; otherwise `limit + 1` keys
+/// are read (in key order), then sorted by the target if it is not the key, then cut.
 pub fn range_request(request: &PbRangeRequest) -> Result<storage::RangeRequest, Status> {
-    let filtered = request.sort_order != 0
-        || request.sort_target != 0
+    let read_everything = request.sort_order != 0
         || request.min_mod_revision != 0
         || request.max_mod_revision != 0
         || request.min_create_revision != 0
@@ -55,7 +77,11 @@ pub fn range_request(request: &PbRangeRequest) -> Result<storage::RangeRequest, 
     Ok(storage::RangeRequest {
         range: key_range(&request.key, &request.range_end)?,
         revision: request.revision,
-        limit: if filtered { 0 } else { request.limit },
+        limit: if read_everything || request.limit <= 0 {
+            0
+        } else {
+            request.limit.saturating_add(1)
+        },
         keys_only: request.keys_only,
         count_only: request.count_only,
     })
@@ -64,6 +90,13 @@ pub fn range_request(request: &PbRangeRequest) -> Result<storage::RangeRequest, 
 pub fn put_request(request: &PbPutRequest) -> Result<storage::PutRequest, Status> {
     if request.key.is_empty() {
         return Err(Status::invalid_argument(EMPTY_KEY));
+    }
+    // As etcd: a flag to keep the current value (or lease) contradicts giving one.
+    if request.ignore_value && !request.value.is_empty() {
+        return Err(Status::invalid_argument(VALUE_PROVIDED));
+    }
+    if request.ignore_lease && request.lease != 0 {
+        return Err(Status::invalid_argument(LEASE_PROVIDED));
     }
     Ok(storage::PutRequest {
         key: request.key.clone(),

@@ -51,6 +51,7 @@ pub(crate) fn finish_range(
             }
         });
     }
+    // The read may hold one key more than the limit (to tell whether there are more).
     let mut more = response.more;
     if request.limit > 0 && kvs.len() > request.limit as usize {
         kvs.truncate(request.limit as usize);

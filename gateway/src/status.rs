@@ -12,6 +12,8 @@ pub const KEY_NOT_FOUND: &str = "etcdserver: key not found";
 pub const EMPTY_KEY: &str = "etcdserver: key is not provided";
 pub const TOO_LARGE: &str = "etcdserver: request is too large";
 pub const TOO_MANY_OPS: &str = "etcdserver: too many operations in txn request";
+pub const VALUE_PROVIDED: &str = "etcdserver: value is provided";
+pub const LEASE_PROVIDED: &str = "etcdserver: lease is provided";
 
 /// Maps a storage error to the status etcd would send for it.
 pub fn from_storage(error: Error) -> Status {

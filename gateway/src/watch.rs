@@ -9,7 +9,10 @@
 //! ```
 //!
 //! Events of one watch keep their order; a progress response (watch id -1) follows every event
-//! at or below its revision on every watch of the stream, which is what clients rely on.
+//! at or below its revision on every watch of the stream, which is what clients rely on. A
+//! watch the store ends (compacted history, a closed store) is cancelled toward the client and
+//! forgotten by the stream, so later progress requests do not wait for it. As in etcd,
+//! automatic watch ids count up and are never reused on a stream.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -36,6 +39,8 @@ struct Progress {
 
 /// One watch of a stream.
 struct ActiveWatch {
+    /// Tells this watch from a later one that reuses its (client-chosen) id.
+    serial: u64,
     task: JoinHandle<()>,
     request_progress: mpsc::Sender<()>,
 }
@@ -43,6 +48,7 @@ struct ActiveWatch {
 /// What a watch asked for besides its range.
 struct Options {
     id: i64,
+    serial: u64,
     no_put: bool,
     no_delete: bool,
     progress_notify: bool,
@@ -68,6 +74,9 @@ impl Gateway {
         let mut watches: HashMap<i64, ActiveWatch> = HashMap::new();
         let mut next_id = 0i64;
         let (progress_sender, mut progress_reports) = mpsc::channel::<Progress>(64);
+        // Watches whose forwarder ended because the store ended them.
+        let (ended_sender, mut ended) = mpsc::unbounded_channel::<(i64, u64)>();
+        let mut serial = 0u64;
         // The watches a pending progress request still waits for, and the lowest revision so far.
         let mut round: Option<(Vec<i64>, i64)> = None;
         loop {
@@ -79,9 +88,24 @@ impl Gateway {
                     };
                     match request.request_union {
                         Some(PbWatchRequestUnion::CreateRequest(create)) => {
+                            let range = match convert::watch_range(&create.key, &create.range_end) {
+                                Ok(range) => range,
+                                Err(reason) => {
+                                    // As etcd: created and cancelled at once, with no id.
+                                    let revision = self.current_revision().await.unwrap_or(0);
+                                    let refused = PbWatchResponse {
+                                        header: self.header(revision), watch_id: -1, created: true, canceled: true,
+                                        cancel_reason: reason.into(),
+                                        ..Default::default()
+                                    };
+                                    if outbound.send(Ok(refused)).await.is_err() { break; }
+                                    continue;
+                                }
+                            };
                             let id = if create.watch_id != 0 { create.watch_id } else {
                                 while watches.contains_key(&next_id) { next_id += 1; }
-                                next_id
+                                next_id += 1;
+                                next_id - 1
                             };
                             if watches.contains_key(&id) {
                                 let refused = PbWatchResponse {
@@ -92,18 +116,17 @@ impl Gateway {
                                 if outbound.send(Ok(refused)).await.is_err() { break; }
                                 continue;
                             }
+                            serial += 1;
                             let options = Options {
                                 id,
+                                serial,
                                 no_put: create.filters.contains(&0),
                                 no_delete: create.filters.contains(&1),
                                 progress_notify: create.progress_notify,
                             };
-                            let range = match convert::key_range(&create.key, &create.range_end) {
-                                Ok(range) => range,
-                                Err(status) => { let _ = outbound.send(Err(status)).await; break; }
-                            };
                             let storage_request = WatchRequest { range, start_revision: create.start_revision, prev_kv: create.prev_kv };
-                            if let Some(watch) = self.create(storage_request, options, &outbound, &progress_sender).await {
+                            let links = Links { outbound: &outbound, progress: &progress_sender, ended: &ended_sender };
+                            if let Some(watch) = self.create(storage_request, options, links).await {
                                 watches.insert(id, watch);
                             }
                         }
@@ -126,6 +149,12 @@ impl Gateway {
                             round = Some((waiting, current));
                         }
                         None => {}
+                    }
+                }
+                Some((id, serial)) = ended.recv() => {
+                    if watches.get(&id).is_some_and(|watch| watch.serial == serial) {
+                        watches.remove(&id);
+                        if let Some((waiting, _)) = round.as_mut() { waiting.retain(|w| *w != id); }
                     }
                 }
                 Some(report) = progress_reports.recv() => {
@@ -161,10 +190,14 @@ impl Gateway {
         &self,
         request: WatchRequest,
         options: Options,
-        outbound: &Outbound,
-        progress: &mpsc::Sender<Progress>,
+        links: Links<'_>,
     ) -> Option<ActiveWatch> {
-        let id = options.id;
+        let Links {
+            outbound,
+            progress,
+            ended,
+        } = links;
+        let (id, serial) = (options.id, options.serial);
         let revision = self.current_revision().await.unwrap_or(0);
         let created = PbWatchResponse {
             header: self.header(revision),
@@ -197,9 +230,11 @@ impl Gateway {
             options,
             outbound: outbound.clone(),
             progress: progress.clone(),
+            ended: ended.clone(),
         };
         let task = tokio::spawn(forwarder.run(stream, progress_requests));
         Some(ActiveWatch {
+            serial,
             task,
             request_progress,
         })
@@ -216,12 +251,21 @@ fn apply_cancel(response: &mut PbWatchResponse, error: &Error) {
     }
 }
 
+/// What a new watch's forwarder reports to: the client, progress rounds, and the stream loop
+/// (which forgets a watch the store ended).
+struct Links<'a> {
+    outbound: &'a Outbound,
+    progress: &'a mpsc::Sender<Progress>,
+    ended: &'a mpsc::UnboundedSender<(i64, u64)>,
+}
+
 /// Forwards one storage watch to the client.
 struct Forwarder {
     gateway: Gateway,
     options: Options,
     outbound: Outbound,
     progress: mpsc::Sender<Progress>,
+    ended: mpsc::UnboundedSender<(i64, u64)>,
 }
 
 impl Forwarder {
@@ -244,9 +288,13 @@ impl Forwarder {
                             let mut response = PbWatchResponse { header: self.gateway.header(0), watch_id: self.options.id, ..Default::default() };
                             apply_cancel(&mut response, &error);
                             let _ = self.outbound.send(Ok(response)).await;
+                            let _ = self.ended.send((self.options.id, self.options.serial));
                             return;
                         }
-                        None => return,
+                        None => {
+                            let _ = self.ended.send((self.options.id, self.options.serial));
+                            return;
+                        }
                     };
                     if batch.events.is_empty() {
                         if for_notify {

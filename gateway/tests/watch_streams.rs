@@ -127,5 +127,7 @@ async fn a_progress_request_after_the_store_ended_a_watch_is_answered() {
     assert_eq!(progress.watch_id(), -1, "a stream-wide progress response");
     assert_eq!(progress.header().unwrap().revision(), REVISION);
     assert!(progress.events().is_empty());
+    drop(stream);
+    drop(client);
     gateway.shutdown().await;
 }
