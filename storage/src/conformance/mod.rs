@@ -59,6 +59,7 @@ macro_rules! conformance_tests {
             watch_delivers_prev_kv_and_delete_revisions,
             watch_order_matches_commit_order_under_concurrent_writers,
             watch_progress_requests_report_a_revision_with_everything_delivered,
+            progress_reports_never_overtake_events_under_load,
             many_watchers_are_not_held_up_by_one_that_never_reads,
             a_watcher_behind_a_burst_catches_up_instead_of_failing,
             a_watcher_that_stops_reading_gets_every_event_when_it_resumes,

@@ -360,3 +360,66 @@ pub async fn a_watcher_that_stops_reading_gets_every_event_when_it_resumes(harne
     );
     store.close().await;
 }
+
+pub async fn progress_reports_never_overtake_events_under_load(harness: &dyn Harness) {
+    let store = harness.open().await;
+    let mut stream = store
+        .watch(WatchRequest::new(KeyRange::prefix("/load/")))
+        .await
+        .unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for writer in 0..16 {
+        let store = Arc::clone(&store);
+        let stop = stop.clone();
+        writers.push(tokio::spawn(async move {
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                store
+                    .put(
+                        format!("/load/{writer}/{}", i % 8).as_bytes(),
+                        &[b'l'; 64],
+                        0,
+                    )
+                    .await
+                    .unwrap();
+                i += 1;
+            }
+        }));
+    }
+    let mut progressed: Revision = 0;
+    let mut last_event: Revision = 0;
+    let mut reports = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(4);
+    stream.request_progress();
+    while tokio::time::Instant::now() < deadline {
+        let batch = match tokio::time::timeout(WAIT, stream.next()).await {
+            Ok(Some(Ok(batch))) => batch,
+            other => panic!("the watch failed under load: {other:?}"),
+        };
+        if batch.events.is_empty() {
+            assert!(
+                batch.revision >= last_event,
+                "a progress report went backwards"
+            );
+            progressed = progressed.max(batch.revision);
+            reports += 1;
+            stream.request_progress();
+            continue;
+        }
+        for event in &batch.events {
+            assert!(
+                event.kv.mod_revision > progressed,
+                "an event at {} arrived after a progress report promised everything up to {progressed}",
+                event.kv.mod_revision
+            );
+            last_event = event.kv.mod_revision;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    assert!(reports > 0, "no progress report under load");
+    store.close().await;
+}

@@ -2,7 +2,10 @@
 //!
 //! Keys may live under a prefix (from the URL's path), so several stores can share one etcd;
 //! the prefix is added on the way in and stripped on the way out. Watches are etcd watches: etcd
-//! does its own fan-out, so this driver needs no hub.
+//! does its own fan-out, so this driver needs no hub ([`watch`] also explains how progress
+//! requests are answered on etcd versions whose own answers cannot be trusted).
+
+mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +19,7 @@ use etcd_client::{
 };
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use watch::ProgressMode;
 
 use crate::compaction::spawn_compactor;
 use crate::config::{CompactionConfig, EtcdConfig};
@@ -31,6 +35,7 @@ const MAX_RESPONSE_BYTES: usize = i32::MAX as usize;
 pub struct EtcdStore {
     client: Client,
     prefix: Vec<u8>,
+    progress: ProgressMode,
     shutdown: CancellationToken,
     compactor: std::sync::Mutex<Option<JoinHandle<()>>>,
 }
@@ -53,10 +58,10 @@ impl EtcdStore {
         };
         let connect = async {
             let mut client = Client::connect(config.endpoints.clone(), Some(options)).await?;
-            client.status().await?;
-            Ok::<Client, etcd_client::Error>(client)
+            let status = client.status().await?;
+            Ok::<(Client, String), etcd_client::Error>((client, status.version().to_string()))
         };
-        let client = match tokio::time::timeout(config.connect_timeout, connect).await {
+        let (client, version) = match tokio::time::timeout(config.connect_timeout, connect).await {
             Err(_) => {
                 return Err(unreachable(format!(
                     "no answer within {:?}",
@@ -64,11 +69,24 @@ impl EtcdStore {
                 )))
             }
             Ok(Err(error)) => return Err(unreachable(error.to_string())),
-            Ok(Ok(client)) => client,
+            Ok(Ok(connected)) => connected,
         };
+        // The fence key lives outside every prefixed store's keys (stores without a prefix
+        // see it, and their watches filter it out).
+        let mut fence_key = b"\0rudder/watch-progress-fence".to_vec();
+        fence_key.extend_from_slice(&config.prefix);
+        let progress = ProgressMode::for_version(&version, client.clone(), fence_key);
+        if let ProgressMode::Fenced { .. } = progress {
+            tracing::info!(
+                %version,
+                "etcd answers watch progress requests out of order (etcd-io/etcd#15220): \
+                 progress is fenced with writes; etcd 3.4.31+ or 3.5.13+ avoids them"
+            );
+        }
         let store = Arc::new(Self {
             client,
             prefix: config.prefix.clone(),
+            progress,
             shutdown: CancellationToken::new(),
             compactor: std::sync::Mutex::new(None),
         });
@@ -318,48 +336,16 @@ impl Storage for EtcdStore {
         if request.prev_kv {
             options = options.with_prev_key();
         }
-        let stream = self
-            .client
-            .watch_client()
-            .max_decoding_message_size(MAX_RESPONSE_BYTES)
-            .watch(key, Some(options))
-            .await
-            .map_err(translate)?;
-        let (sender, mut responses) = stream.split();
-        // The first response says whether the watch was created or refused.
-        let first = responses.message().await.map_err(translate)?;
-        let mut pending = Vec::new();
-        match first {
-            None => {
-                return Err(Error::Unavailable {
-                    message: "etcd closed the watch stream".into(),
-                    source: None,
-                })
-            }
-            Some(response) => {
-                let response = response.0;
-                if response.canceled {
-                    return Err(cancel_error(&response));
-                }
-                if !response.created {
-                    pending.push(response);
-                }
-            }
-        }
-        let progress = Arc::new(tokio::sync::Notify::new());
-        let state = EtcdWatch {
-            sender,
-            responses,
-            pending,
-            prefix: self.prefix.clone(),
-            progress: progress.clone(),
-            done: false,
-        };
-        let batches = futures::stream::unfold(state, |mut state| async move {
-            let item = state.next().await?;
-            Some((item, state))
-        });
-        Ok(WatchStream::new(Box::pin(batches), progress))
+        watch::open(
+            &self.client,
+            key,
+            options,
+            &request,
+            self.prefix.clone(),
+            self.progress.clone(),
+            MAX_RESPONSE_BYTES,
+        )
+        .await
     }
 
     async fn compact(&self, revision: Revision) -> Result<()> {
@@ -479,103 +465,6 @@ impl Storage for EtcdStore {
     }
 }
 
-/// The state of one etcd watch turned into a [`WatchStream`].
-struct EtcdWatch {
-    sender: etcd_client::WatchRequestSender,
-    responses: etcd_client::WatchResponseStream,
-    pending: Vec<etcd_client::proto::PbWatchResponse>,
-    prefix: Vec<u8>,
-    progress: Arc<tokio::sync::Notify>,
-    done: bool,
-}
-
-impl EtcdWatch {
-    async fn next(&mut self) -> Option<Result<WatchBatch>> {
-        if self.done {
-            return None;
-        }
-        loop {
-            let response = if self.pending.is_empty() {
-                let received = tokio::select! {
-                    received = self.responses.message() => received,
-                    _ = self.progress.notified() => {
-                        if let Err(error) = self.sender.request_progress().await {
-                            self.done = true;
-                            return Some(Err(translate(error)));
-                        }
-                        continue;
-                    }
-                };
-                match received {
-                    Ok(Some(response)) => response.0,
-                    Ok(None) => {
-                        self.done = true;
-                        return Some(Err(Error::Unavailable {
-                            message: "etcd closed the watch stream".into(),
-                            source: None,
-                        }));
-                    }
-                    Err(error) => {
-                        self.done = true;
-                        return Some(Err(translate(error)));
-                    }
-                }
-            } else {
-                self.pending.remove(0)
-            };
-            if response.canceled {
-                self.done = true;
-                return Some(Err(cancel_error(&response)));
-            }
-            let revision = response.header.as_ref().map_or(0, |h| h.revision);
-            // A response with no events is etcd's progress report.
-            let events = response
-                .events
-                .iter()
-                .map(|event| Event {
-                    kind: if event.r#type == 1 {
-                        EventKind::Delete
-                    } else {
-                        EventKind::Put
-                    },
-                    kv: event
-                        .kv
-                        .as_ref()
-                        .map(|kv| strip(&self.prefix, kv))
-                        .unwrap_or_default(),
-                    prev_kv: event.prev_kv.as_ref().map(|kv| strip(&self.prefix, kv)),
-                })
-                .collect();
-            return Some(Ok(WatchBatch { events, revision }));
-        }
-    }
-}
-
-fn strip(prefix: &[u8], kv: &PbKeyValue) -> KeyValue {
-    KeyValue {
-        key: kv.key.strip_prefix(prefix).unwrap_or(&kv.key).to_vec(),
-        value: kv.value.clone(),
-        create_revision: kv.create_revision,
-        mod_revision: kv.mod_revision,
-        version: kv.version,
-        lease: kv.lease,
-    }
-}
-
-fn cancel_error(response: &etcd_client::proto::PbWatchResponse) -> Error {
-    if response.compact_revision > 0 {
-        Error::Compacted {
-            requested: 0,
-            compacted: response.compact_revision,
-        }
-    } else {
-        Error::Backend {
-            message: format!("etcd cancelled the watch: {}", response.cancel_reason),
-            source: None,
-        }
-    }
-}
-
 /// Translates etcd-client errors by etcd's status messages.
 fn translate(error: etcd_client::Error) -> Error {
     match &error {
@@ -597,6 +486,8 @@ fn translate(error: etcd_client::Error) -> Error {
                 Error::LeaseAlreadyExists(0)
             } else if message.contains("key not found") {
                 Error::KeyNotFound
+            } else if message.contains("request is too large") {
+                Error::TooLarge(message.trim_start_matches("etcdserver: ").to_string())
             } else if status.code() == tonic::Code::InvalidArgument
                 || message.contains("duplicate key")
             {
