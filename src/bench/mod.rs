@@ -25,14 +25,15 @@ use workloads::{Params, Workload};
 
 #[derive(clap::Args)]
 pub struct StorageBenchArgs {
-    /// Subjects to measure, comma-separated: sqlite, postgres, etcd (the reference).
+    /// Subjects to measure, comma-separated: sqlite, sqlite-normal, postgres, postgres-pair,
+    /// etcd (the reference), gateway-<driver>.
     #[arg(long, default_value = "sqlite,postgres,etcd", value_delimiter = ',')]
     subjects: Vec<String>,
     /// Workloads to run, comma-separated, in this order.
     #[arg(
         long,
         value_enum,
-        default_value = "create,update,get,list,watch,compact",
+        default_value = "create,update,get,list,watch,compact,revoke",
         value_delimiter = ','
     )]
     workloads: Vec<Workload>,
@@ -92,6 +93,10 @@ pub struct StorageBenchArgs {
     /// Keys the history is spread over.
     #[arg(long, default_value_t = 100)]
     history_keys: usize,
+    /// Keys attached to the lease the revoke workload revokes (kube-apiserver attaches a
+    /// minute of Events to one lease).
+    #[arg(long, default_value_t = 20_000)]
+    revoke_keys: usize,
 }
 
 impl StorageBenchArgs {
@@ -109,6 +114,7 @@ impl StorageBenchArgs {
             ("--events", self.events),
             ("--history", self.history),
             ("--history-keys", self.history_keys),
+            ("--revoke-keys", self.revoke_keys),
         ];
         if let Some((flag, _)) = counts.iter().find(|(_, value)| *value == 0) {
             bail!("{flag} must be at least 1");
@@ -126,6 +132,7 @@ impl StorageBenchArgs {
             events: self.events,
             history: self.history,
             history_keys: self.history_keys,
+            revoke_keys: self.revoke_keys,
         })
     }
 }

@@ -1,7 +1,7 @@
 //! The subjects a storage benchmark measures. A subject is a name, an open
 //! `Arc<dyn Storage>` and a cleanup that runs once at the end (close the store, wipe what it
 //! wrote, stop whatever was started for it). `sqlite`, `postgres` and `etcd` are Rudder's
-//! drivers opened by URL; `etcd` (real etcd through Rudder's etcd driver) is the reference the
+//! drivers opened by URL (`sqlite-normal` is SQLite with `synchronous=normal`); `etcd` (real etcd through Rudder's etcd driver) is the reference the
 //! report divides by. A new kind of subject (the etcd gateway serving a driver, say) is one more
 //! arm in [`open`] that starts its server and returns a [`Subject`] whose cleanup stops it.
 
@@ -75,11 +75,14 @@ pub async fn close_all(subjects: Vec<Subject>) {
 async fn open(name: &str, options: &Options) -> Result<Subject> {
     let tag = &options.tag;
     match name {
-        "sqlite" => {
-            let dir = std::env::temp_dir().join(format!("rudder-bench-{tag}"));
+        // `sqlite` is the embedded default (synchronous=FULL: every commit on disk before it
+        // is acknowledged); `sqlite-normal` shows what that durability costs.
+        "sqlite" | "sqlite-normal" => {
+            let dir = std::env::temp_dir().join(format!("rudder-bench-{tag}-{name}"));
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            let synchronous = if name == "sqlite" { "full" } else { "normal" };
             let url = format!(
-                "sqlite://{}?compact_interval=0",
+                "sqlite://{}?compact_interval=0&synchronous={synchronous}",
                 dir.join("state.db").display()
             );
             let opened = driver(name, url, Some(dir.clone())).await;
@@ -135,7 +138,7 @@ async fn open(name: &str, options: &Options) -> Result<Subject> {
             behind_gateway(gateway, inner).await
         }
         other => bail!(
-            "unknown subject {other:?}: use sqlite, postgres, postgres-pair, etcd, or gateway-<driver> (e.g. gateway-sqlite)"
+            "unknown subject {other:?}: use sqlite, sqlite-normal, postgres, postgres-pair, etcd, or gateway-<driver> (e.g. gateway-sqlite)"
         ),
     }
 }

@@ -2,8 +2,9 @@
 //! how many operations it timed, how long they took together and each one's latency:
 //! creates of new keys; read-modify-write updates (a `get`, then `update` with the
 //! mod_revision it read); point gets; paged lists of a 10k-key prefix; watch delivery latency
-//! with many watchers; and the compaction of a long history. [`setup`] writes, untimed, the
-//! keys the update, get and list workloads read.
+//! with many watchers; the compaction of a long history; and the revoke of a lease holding
+//! many keys while other clients write (how long a revoke stalls them). [`setup`] writes,
+//! untimed, the keys the update, get and list workloads read.
 
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
@@ -31,6 +32,7 @@ pub enum Workload {
     List,
     Watch,
     Compact,
+    Revoke,
 }
 
 impl Workload {
@@ -42,6 +44,7 @@ impl Workload {
             Workload::List => "list",
             Workload::Watch => "watch",
             Workload::Compact => "compact",
+            Workload::Revoke => "revoke",
         }
     }
 
@@ -54,6 +57,7 @@ impl Workload {
             Workload::List => "lists",
             Workload::Watch => "deliveries",
             Workload::Compact => "revisions",
+            Workload::Revoke => "keys revoked",
         }
     }
 }
@@ -79,6 +83,8 @@ pub struct Params {
     /// Updates written (untimed) before the timed compaction.
     pub history: usize,
     pub history_keys: usize,
+    /// Keys attached (untimed) to the lease the revoke workload revokes.
+    pub revoke_keys: usize,
 }
 
 impl Params {
@@ -91,6 +97,7 @@ impl Params {
             Workload::List => self.lists,
             Workload::Watch => self.events * self.watchers,
             Workload::Compact => self.history + 1,
+            Workload::Revoke => self.revoke_keys.div_ceil(REVOKE_CHUNK) + 1,
         };
         steps as u64
     }
@@ -119,6 +126,10 @@ pub struct Sample {
 const KV: &str = "/bench/kv/";
 const LIST: &str = "/bench/list/";
 const HISTORY: &str = "/bench/history/";
+const LEASED: &str = "/bench/leased/";
+const BESIDE: &str = "/bench/beside/";
+/// Leased keys written per transaction in the revoke workload's setup.
+const REVOKE_CHUNK: usize = 100;
 
 /// Writes, untimed, the key set of `update` and `get` and the prefix `list` pages over.
 pub async fn setup(
@@ -165,6 +176,7 @@ pub async fn run(
         Workload::List => list(store, params, progress).await,
         Workload::Watch => watch(store, params, round, progress).await,
         Workload::Compact => compact(store, params, progress).await,
+        Workload::Revoke => revoke(store, params, round, progress).await,
     }
     .with_context(|| format!("the {} workload", workload.name()))
 }
@@ -425,6 +437,94 @@ async fn compact(
     Ok(Sample {
         ops: u64::try_from(target - before)?,
         elapsed,
+        latencies,
+    })
+}
+
+/// Attaches `revoke_keys` keys to one lease (untimed, in transactions of [`REVOKE_CHUNK`]),
+/// then revokes it while `writers` clients keep putting keys of their own. One op is one key
+/// deleted, so the rate is the revoke's; the latencies are those of the puts that overlapped
+/// the revoke, so their p99 is how long the revoke stalled other writers.
+async fn revoke(
+    store: &Arc<dyn Storage>,
+    params: &Params,
+    round: usize,
+    progress: &ProgressBar,
+) -> Result<Sample> {
+    use rudder_storage::{PutRequest, TxnOp, TxnRequest};
+    let lease = store
+        .lease_grant(3600, 0)
+        .await
+        .context("granting the lease")?;
+    let value = Arc::new(vec![b'e'; params.value_size.min(512)]);
+    let total = params.revoke_keys;
+    let chunks = total.div_ceil(REVOKE_CHUNK);
+    spread(
+        store,
+        params.writers,
+        chunks,
+        progress,
+        move |store, chunk| {
+            let value = value.clone();
+            async move {
+                let first = chunk * REVOKE_CHUNK;
+                let success = (first..(first + REVOKE_CHUNK).min(total))
+                    .map(|i| {
+                        TxnOp::Put(
+                            PutRequest::new(key(&format!("{LEASED}r{round}/"), i), value.to_vec())
+                                .with_lease(lease.id),
+                        )
+                    })
+                    .collect();
+                store
+                    .txn(TxnRequest {
+                        success,
+                        ..TxnRequest::default()
+                    })
+                    .await?;
+                Ok(())
+            }
+        },
+    )
+    .await
+    .context("attaching keys to the lease")?;
+
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = JoinSet::new();
+    for writer in 0..params.writers {
+        let (store, stop) = (store.clone(), stop.clone());
+        writers.spawn(async move {
+            let mut puts = Vec::new();
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let key = key(&format!("{BESIDE}{writer}/"), i % 64);
+                let begun = Instant::now();
+                store.put(key.as_bytes(), b"beside", 0).await?;
+                puts.push((begun, Instant::now()));
+                i += 1;
+            }
+            Ok::<_, anyhow::Error>(puts)
+        });
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let begun = Instant::now();
+    let revoked = store.lease_revoke(lease.id).await;
+    let ended = Instant::now();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut latencies = histogram()?;
+    while let Some(outcome) = writers.join_next().await {
+        for (start, end) in outcome?? {
+            if start < ended && end > begun {
+                record(&mut latencies, end - start)?;
+            }
+        }
+    }
+    revoked.context("revoking the lease")?;
+    progress.inc(1);
+    Ok(Sample {
+        ops: total as u64,
+        elapsed: ended - begun,
         latencies,
     })
 }
