@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the storage benchmark (create, update, get, list, watch, compact) on every driver against
+# Runs the storage benchmark (create, update, get, list, watch, compact, revoke) on every driver against
 # a throw-away real etcd, in one run: `rudder bench storage` with a fresh etcd and the local
 # PostgreSQL. Extra arguments go to the bench, e.g. `--out DIR` for results.json, results.csv
 # and charts, or `--writers 64 --keys 10000 --watchers 100 --rounds 5` for a bigger run

@@ -66,8 +66,9 @@ pub trait Storage: Send + Sync + 'static {
 
     /// Watches a key range from `start_revision` (0: from now on). Every revision that touches
     /// the range is delivered exactly once, in order. A start below the compacted revision fails
-    /// with [`Error::Compacted`]; a watcher that stops reading is ended with
-    /// [`Error::WatcherTooSlow`] without holding up the others.
+    /// with [`Error::Compacted`]. A watcher that stops reading never holds up the others: it
+    /// catches up (from the store's history) when it reads again, and ends with `Compacted`
+    /// only if that history was compacted meanwhile.
     async fn watch(&self, request: WatchRequest) -> Result<WatchStream>;
 
     /// Discards history below `revision`: reads and watches below it fail with `Compacted`.
