@@ -1,0 +1,10 @@
+//! rudder-facts: small, typed facts about Kubernetes objects that the controllers, the
+//! scheduler and the kubelet all need, so each is written once: the system namespaces, a pod's
+//! QoS class, whether a pod is ready or still active, and which object controls another.
+//!
+//! It works on k8s-openapi types only and depends on nothing else of Rudder's; label selectors
+//! are kube-core's (`kube::core::Selector`), not copied here.
+
+pub mod namespaces;
+pub mod owners;
+pub mod pods;
