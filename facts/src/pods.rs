@@ -153,22 +153,26 @@ mod tests {
 
     #[test]
     fn readiness_and_activity() {
-        let mut ready = Pod::default();
-        ready.status = Some(PodStatus {
-            phase: Some("Running".into()),
-            conditions: Some(vec![PodCondition {
-                type_: "Ready".into(),
-                status: "True".into(),
-                ..PodCondition::default()
-            }]),
-            ..PodStatus::default()
-        });
+        let ready = Pod {
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: "True".into(),
+                    ..PodCondition::default()
+                }]),
+                ..PodStatus::default()
+            }),
+            ..Pod::default()
+        };
         assert!(is_ready(&ready) && is_active(&ready));
-        let mut done = Pod::default();
-        done.status = Some(PodStatus {
-            phase: Some("Succeeded".into()),
-            ..PodStatus::default()
-        });
+        let done = Pod {
+            status: Some(PodStatus {
+                phase: Some("Succeeded".into()),
+                ..PodStatus::default()
+            }),
+            ..Pod::default()
+        };
         assert!(!is_ready(&done) && is_terminal(&done) && !is_active(&done));
     }
 }
