@@ -1,12 +1,14 @@
 //! The `rudder` binary: every Rudder component behind one CLI.
 //!
 //! `server` (the Kubernetes API over a store), `kubeconfig` (print its admin kubeconfig),
+//! `controller-manager` (the controllers alone, through a kubeconfig),
 //! `etcd` (the etcd v3 gateway over a store), `version`, `storage check` (open a storage URL,
 //! apply migrations, print the store's status), `bench storage` (the storage workloads on
 //! each driver side by side with real etcd) and `bench api` (creates and lists through the
 //! Kubernetes API over HTTPS, an in-process apiserver per driver, side by side with etcd).
 
 mod bench;
+mod controller_manager;
 mod serve;
 mod storage_check;
 
@@ -33,6 +35,8 @@ enum Command {
     Kubeconfig(serve::KubeconfigArgs),
     /// Serve a store as the etcd v3 gRPC API (KV, Watch, Lease, Maintenance, Cluster).
     Etcd(serve::EtcdArgs),
+    /// Run the controllers (ReplicaSet, …) against a cluster through a kubeconfig.
+    ControllerManager(controller_manager::ControllerManagerArgs),
     /// Storage tools.
     Storage {
         #[command(subcommand)]
@@ -85,6 +89,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Server(args) => serve::server(args).await,
             Command::Etcd(args) => serve::etcd(args).await,
+            Command::ControllerManager(args) => controller_manager::run(args).await,
             Command::Kubeconfig(args) => serve::kubeconfig(args),
             Command::Version => {
                 println!("rudder {}", env!("CARGO_PKG_VERSION"));

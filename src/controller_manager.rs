@@ -1,0 +1,68 @@
+//! `rudder controller-manager`: the controllers alone, against any cluster's API through a
+//! kubeconfig (`rudder server` runs the same controllers in-process).
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use rudder_controllers::{Concurrency, Config, Manager, Selection};
+use tokio_util::sync::CancellationToken;
+
+#[derive(clap::Args)]
+pub struct ControllerManagerArgs {
+    /// The kubeconfig of the cluster to manage (its current context).
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: PathBuf,
+    /// Controllers to run: `*` for all, `name` to add one, `-name` to leave one out.
+    #[arg(long, default_value = "*")]
+    controllers: String,
+    /// Hold the Lease kube-system/kube-controller-manager, so that of several managers one works.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    leader_elect: bool,
+    /// ReplicaSets reconciled at once.
+    #[arg(long, default_value_t = 5)]
+    concurrent_replicaset_syncs: u16,
+}
+
+/// This process's identity in events and in the leader Lease: the host name and a unique
+/// suffix, as upstream's.
+pub fn identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_string())
+        .unwrap_or_else(|_| "rudder".into());
+    format!("{host}_{}", uuid_suffix())
+}
+
+fn uuid_suffix() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+/// `rudder controller-manager`.
+pub async fn run(args: ControllerManagerArgs) -> Result<()> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(&args.kubeconfig)
+        .with_context(|| format!("reading {}", args.kubeconfig.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .context("building a client from the kubeconfig")?;
+    let client = kube::Client::try_from(config).context("creating the API client")?;
+    let manager = Manager::new(Config {
+        client,
+        identity: identity(),
+        controllers: Selection::parse(&args.controllers)?,
+        concurrency: Concurrency {
+            replicaset: args.concurrent_replicaset_syncs,
+        },
+        leader_election: args.leader_elect,
+    });
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down");
+        stop.cancel();
+    });
+    manager.run(shutdown).await;
+    Ok(())
+}
