@@ -21,6 +21,9 @@ pub struct ControllerManagerArgs {
     /// ReplicaSets reconciled at once.
     #[arg(long, default_value_t = 5)]
     concurrent_replicaset_syncs: u16,
+    /// Deployments reconciled at once.
+    #[arg(long, default_value_t = 5)]
+    concurrent_deployment_syncs: u16,
 }
 
 /// This process's identity in events and in the leader Lease: the host name and a unique
@@ -53,6 +56,7 @@ pub async fn run(args: ControllerManagerArgs) -> Result<()> {
         controllers: Selection::parse(&args.controllers)?,
         concurrency: Concurrency {
             replicaset: args.concurrent_replicaset_syncs,
+            deployment: args.concurrent_deployment_syncs,
         },
         leader_election: args.leader_elect,
     });

@@ -9,6 +9,7 @@
 //! It depends on the Kubernetes API only (kube-rs and k8s-openapi types) and on
 //! `rudder-facts`; nothing of the apiserver or the storage.
 
+pub mod deployment;
 pub mod error;
 pub mod expectations;
 pub mod informers;
@@ -36,11 +37,15 @@ use workqueue::{Queue, QueueMetrics};
 #[derive(Clone, Debug)]
 pub struct Concurrency {
     pub replicaset: u16,
+    pub deployment: u16,
 }
 
 impl Default for Concurrency {
     fn default() -> Self {
-        Self { replicaset: 5 }
+        Self {
+            replicaset: 5,
+            deployment: 5,
+        }
     }
 }
 
@@ -114,6 +119,14 @@ async fn run_controllers(config: Config, metrics: Arc<QueueMetrics>, shutdown: C
                 identity,
                 queue,
                 config.concurrency.replicaset,
+                token,
+            ),
+            "deployment" => deployment::controller(
+                &informers,
+                client,
+                identity,
+                queue,
+                config.concurrency.deployment,
                 token,
             ),
             other => {
