@@ -24,6 +24,9 @@ pub struct ControllerManagerArgs {
     /// Deployments reconciled at once.
     #[arg(long, default_value_t = 5)]
     concurrent_deployment_syncs: u16,
+    /// Garbage-collection items worked on at once.
+    #[arg(long, default_value_t = 20)]
+    concurrent_gc_syncs: u16,
 }
 
 /// This process's identity in events and in the leader Lease: the host name and a unique
@@ -57,6 +60,7 @@ pub async fn run(args: ControllerManagerArgs) -> Result<()> {
         concurrency: Concurrency {
             replicaset: args.concurrent_replicaset_syncs,
             deployment: args.concurrent_deployment_syncs,
+            garbage_collector: args.concurrent_gc_syncs,
         },
         leader_election: args.leader_elect,
     });

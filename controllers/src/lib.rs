@@ -12,6 +12,7 @@
 pub mod deployment;
 pub mod error;
 pub mod expectations;
+pub mod gc;
 pub mod informers;
 pub mod leader;
 pub mod podtemplate;
@@ -38,6 +39,7 @@ use workqueue::{Queue, QueueMetrics};
 pub struct Concurrency {
     pub replicaset: u16,
     pub deployment: u16,
+    pub garbage_collector: u16,
 }
 
 impl Default for Concurrency {
@@ -45,6 +47,7 @@ impl Default for Concurrency {
         Self {
             replicaset: 5,
             deployment: 5,
+            garbage_collector: 20,
         }
     }
 }
@@ -121,6 +124,9 @@ async fn run_controllers(config: Config, metrics: Arc<QueueMetrics>, shutdown: C
                 config.concurrency.replicaset,
                 token,
             ),
+            "garbage-collector" => {
+                gc::controller(client, queue, config.concurrency.garbage_collector, token)
+            }
             "deployment" => deployment::controller(
                 &informers,
                 client,
