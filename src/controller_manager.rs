@@ -46,6 +46,7 @@ fn uuid_suffix() -> String {
 pub async fn run(args: ControllerManagerArgs) -> Result<()> {
     let kubeconfig = kube::config::Kubeconfig::read_from(&args.kubeconfig)
         .with_context(|| format!("reading {}", args.kubeconfig.display()))?;
+    let root_ca = cluster_ca(&kubeconfig);
     let config = kube::Config::from_custom_kubeconfig(
         kubeconfig,
         &kube::config::KubeConfigOptions::default(),
@@ -63,6 +64,7 @@ pub async fn run(args: ControllerManagerArgs) -> Result<()> {
             garbage_collector: args.concurrent_gc_syncs,
         },
         leader_election: args.leader_elect,
+        root_ca,
     });
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
@@ -73,4 +75,29 @@ pub async fn run(args: ControllerManagerArgs) -> Result<()> {
     });
     manager.run(shutdown).await;
     Ok(())
+}
+
+/// The CA bundle of the kubeconfig's current cluster, to publish as `kube-root-ca.crt`.
+fn cluster_ca(kubeconfig: &kube::config::Kubeconfig) -> Option<String> {
+    use base64::Engine;
+    let context_name = kubeconfig.current_context.as_deref()?;
+    let context = kubeconfig
+        .contexts
+        .iter()
+        .find(|context| context.name == context_name)?
+        .context
+        .as_ref()?;
+    let cluster = kubeconfig
+        .clusters
+        .iter()
+        .find(|cluster| cluster.name == context.cluster)?
+        .cluster
+        .as_ref()?;
+    if let Some(data) = &cluster.certificate_authority_data {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .ok()?;
+        return String::from_utf8(bytes).ok();
+    }
+    std::fs::read_to_string(cluster.certificate_authority.as_ref()?).ok()
 }

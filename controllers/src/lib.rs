@@ -17,8 +17,10 @@ pub mod informers;
 pub mod leader;
 pub mod podtemplate;
 pub mod replicaset;
+pub mod rootca;
 pub mod runner;
 pub mod selection;
+pub mod serviceaccount;
 pub mod workqueue;
 
 use std::sync::Arc;
@@ -63,6 +65,9 @@ pub struct Config {
     pub concurrency: Concurrency,
     /// Hold the Lease `kube-system/kube-controller-manager` and work only while leading.
     pub leader_election: bool,
+    /// The cluster's CA bundle (PEM), published in every namespace as `kube-root-ca.crt`;
+    /// without it that controller does not run.
+    pub root_ca: Option<String>,
 }
 
 /// The controller-manager.
@@ -124,6 +129,16 @@ async fn run_controllers(config: Config, metrics: Arc<QueueMetrics>, shutdown: C
                 config.concurrency.replicaset,
                 token,
             ),
+            "serviceaccount" => serviceaccount::controller(&informers, client, queue, token),
+            "root-ca-cert-publisher" => match &config.root_ca {
+                Some(bundle) => {
+                    rootca::controller(&informers, client, bundle.clone(), queue, token)
+                }
+                None => {
+                    tracing::warn!("no cluster CA bundle given: kube-root-ca.crt is not published");
+                    continue;
+                }
+            },
             "garbage-collector" => {
                 gc::controller(client, queue, config.concurrency.garbage_collector, token)
             }
