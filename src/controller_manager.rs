@@ -27,6 +27,9 @@ pub struct ControllerManagerArgs {
     /// Garbage-collection items worked on at once.
     #[arg(long, default_value_t = 20)]
     concurrent_gc_syncs: u16,
+    /// Terminating namespaces emptied at once.
+    #[arg(long, default_value_t = 10)]
+    concurrent_namespace_syncs: u16,
 }
 
 /// This process's identity in events and in the leader Lease: the host name and a unique
@@ -62,6 +65,7 @@ pub async fn run(args: ControllerManagerArgs) -> Result<()> {
             replicaset: args.concurrent_replicaset_syncs,
             deployment: args.concurrent_deployment_syncs,
             garbage_collector: args.concurrent_gc_syncs,
+            namespace: args.concurrent_namespace_syncs,
         },
         leader_election: args.leader_elect,
         root_ca,

@@ -15,6 +15,7 @@ pub mod expectations;
 pub mod gc;
 pub mod informers;
 pub mod leader;
+pub mod namespace;
 pub mod podtemplate;
 pub mod replicaset;
 pub mod rootca;
@@ -42,6 +43,7 @@ pub struct Concurrency {
     pub replicaset: u16,
     pub deployment: u16,
     pub garbage_collector: u16,
+    pub namespace: u16,
 }
 
 impl Default for Concurrency {
@@ -50,6 +52,7 @@ impl Default for Concurrency {
             replicaset: 5,
             deployment: 5,
             garbage_collector: 20,
+            namespace: 10,
         }
     }
 }
@@ -139,6 +142,13 @@ async fn run_controllers(config: Config, metrics: Arc<QueueMetrics>, shutdown: C
                     continue;
                 }
             },
+            "namespace" => namespace::controller(
+                &informers,
+                client,
+                queue,
+                config.concurrency.namespace,
+                token,
+            ),
             "garbage-collector" => {
                 gc::controller(client, queue, config.concurrency.garbage_collector, token)
             }

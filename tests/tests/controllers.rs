@@ -1,0 +1,378 @@
+//! The controller-manager inside `rudder server`, on every storage driver, driven by kubectl
+//! 1.33 and kube-rs as a user would. Until there is a kubelet, a stand-in marks every pod
+//! Running and Ready as soon as it exists (as upstream's integration tests do), so rollouts can
+//! progress; a watch checks the rollout's bounds at every step.
+
+// Test code: a failed expectation is meant to panic.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodCondition, PodStatus, ServiceAccount};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use rudder_storage::testing;
+use rudder_tests::RudderServer;
+
+const KUBECTL: &str = "1.33";
+
+async fn client(server: &RudderServer) -> Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(server.kubeconfig()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+/// Marks every pod that is not Ready as Running and Ready, as a kubelet would once it started.
+fn ready_every_pod(client: Client) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let pods: Api<Pod> = Api::all(client.clone());
+        let mut events = watcher(pods, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        while let Some(event) = events.next().await {
+            let pod = match event {
+                Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => pod,
+                _ => continue,
+            };
+            if rudder_facts::pods::is_ready(&pod) || pod.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let status = Pod {
+                status: Some(PodStatus {
+                    phase: Some("Running".into()),
+                    conditions: Some(vec![PodCondition {
+                        type_: "Ready".into(),
+                        status: "True".into(),
+                        last_transition_time: Some(Time(k8s_openapi::jiff::Timestamp::now())),
+                        ..PodCondition::default()
+                    }]),
+                    ..PodStatus::default()
+                }),
+                ..Pod::default()
+            };
+            let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap());
+            let _ = api
+                .patch_status(
+                    &pod.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&status),
+                )
+                .await;
+        }
+    })
+}
+
+fn kubectl_ok(server: &RudderServer, args: &[&str]) -> String {
+    let output = server.kubectl(KUBECTL, args);
+    assert!(
+        output.status.success(),
+        "kubectl {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        String::from_utf8_lossy(&output.stdout)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Waits until `check` holds, failing with `what` after 60 s.
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Pods of the Deployment `web` (by its selector), as `(total, ready)` not being deleted.
+fn web_pods(pods: &[Pod]) -> (usize, usize) {
+    let web: Vec<&Pod> = pods
+        .iter()
+        .filter(|pod| pod.labels().get("app").map(String::as_str) == Some("web"))
+        .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+        .collect();
+    let ready = web
+        .iter()
+        .filter(|pod| rudder_facts::pods::is_ready(pod))
+        .count();
+    (web.len(), ready)
+}
+
+/// Every pod count seen during a rollout, from a watch of the pods.
+fn record_pod_counts(
+    client: Client,
+) -> (Arc<Mutex<Vec<(usize, usize)>>>, tokio::task::JoinHandle<()>) {
+    let seen: Arc<Mutex<Vec<(usize, usize)>>> = Arc::default();
+    let record = seen.clone();
+    let task = tokio::spawn(async move {
+        let pods: Api<Pod> = Api::namespaced(client, "default");
+        let mut store: BTreeMap<String, Pod> = BTreeMap::new();
+        let mut events = watcher(pods, watcher::Config::default()).boxed();
+        while let Some(Ok(event)) = events.next().await {
+            match event {
+                watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
+                    store.insert(pod.name_any(), pod);
+                }
+                watcher::Event::Delete(pod) => {
+                    store.remove(&pod.name_any());
+                }
+                _ => continue,
+            }
+            let pods: Vec<Pod> = store.values().cloned().collect();
+            record.lock().unwrap().push(web_pods(&pods));
+        }
+    });
+    (seen, task)
+}
+
+async fn deployments_roll_out_scale_undo_and_clean_up(storage: String) {
+    let server = RudderServer::start(env!("CARGO_BIN_EXE_rudder"), &storage);
+    let client = client(&server).await;
+    let kubelet = ready_every_pod(client.clone());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), "default");
+
+    // Every namespace gets its default ServiceAccount and the cluster's CA bundle.
+    kubectl_ok(&server, &["create", "namespace", "team"]);
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "team");
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "team");
+    eventually("the default ServiceAccount", || async {
+        accounts.get_opt("default").await.unwrap().is_some()
+    })
+    .await;
+    eventually("kube-root-ca.crt", || async {
+        maps.get_opt("kube-root-ca.crt")
+            .await
+            .unwrap()
+            .and_then(|map| map.data)
+            .is_some_and(|data| data["ca.crt"].contains("BEGIN CERTIFICATE"))
+    })
+    .await;
+
+    // A Deployment of 4: one ReplicaSet, 4 pods, rolled out.
+    kubectl_ok(
+        &server,
+        &[
+            "create",
+            "deployment",
+            "web",
+            "--image=busybox",
+            "--replicas=4",
+        ],
+    );
+    kubectl_ok(
+        &server,
+        &["rollout", "status", "deployment/web", "--timeout=60s"],
+    );
+    assert_eq!(
+        sets.list(&ListParams::default()).await.unwrap().items.len(),
+        1
+    );
+    let (total, ready) = web_pods(&pods.list(&ListParams::default()).await.unwrap().items);
+    assert_eq!((total, ready), (4, 4));
+
+    // A new image rolls out within maxSurge (25% of 4 → 1) and maxUnavailable (25% → 1).
+    let (counts, recorder) = record_pod_counts(client.clone());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    kubectl_ok(
+        &server,
+        &["set", "image", "deployment/web", "busybox=busybox:1.36"],
+    );
+    kubectl_ok(
+        &server,
+        &["rollout", "status", "deployment/web", "--timeout=60s"],
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    recorder.abort();
+    let counts = counts.lock().unwrap().clone();
+    assert!(counts.len() > 4, "the watch saw the rollout: {counts:?}");
+    for (total, ready) in &counts {
+        assert!(
+            *total <= 5,
+            "more than replicas + maxSurge pods: {counts:?}"
+        );
+        // Pods are marked ready moments after they appear; count what the bound promises.
+        assert!(
+            *ready >= 3 || *total < 4,
+            "fewer than replicas - maxUnavailable ready: {counts:?}"
+        );
+    }
+    let images: Vec<String> = pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+        .map(|pod| {
+            pod.spec.as_ref().unwrap().containers[0]
+                .image
+                .clone()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(images, vec!["busybox:1.36"; 4]);
+    let history = kubectl_ok(&server, &["rollout", "history", "deployment/web"]);
+    assert!(
+        history.contains("1 ") && history.contains("2 "),
+        "{history}"
+    );
+
+    // Undo returns to the first template, as revision 3.
+    kubectl_ok(&server, &["rollout", "undo", "deployment/web"]);
+    kubectl_ok(
+        &server,
+        &["rollout", "status", "deployment/web", "--timeout=60s"],
+    );
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    let web = deployments.get("web").await.unwrap();
+    assert_eq!(
+        web.spec.unwrap().template.spec.unwrap().containers[0]
+            .image
+            .as_deref(),
+        Some("busybox")
+    );
+    assert_eq!(
+        web.metadata.annotations.unwrap()["deployment.kubernetes.io/revision"],
+        "3"
+    );
+
+    // Paused, a new template waits; resumed, it rolls out.
+    kubectl_ok(&server, &["rollout", "pause", "deployment/web"]);
+    kubectl_ok(
+        &server,
+        &["set", "image", "deployment/web", "busybox=busybox:1.37"],
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        sets.list(&ListParams::default()).await.unwrap().items.len(),
+        2,
+        "no new ReplicaSet while paused"
+    );
+    kubectl_ok(&server, &["rollout", "resume", "deployment/web"]);
+    kubectl_ok(
+        &server,
+        &["rollout", "status", "deployment/web", "--timeout=60s"],
+    );
+
+    // Scaling converges both ways.
+    kubectl_ok(&server, &["scale", "deployment/web", "--replicas=0"]);
+    eventually("no pods", || async {
+        web_pods(&pods.list(&ListParams::default()).await.unwrap().items).0 == 0
+    })
+    .await;
+    kubectl_ok(&server, &["scale", "deployment/web", "--replicas=5"]);
+    kubectl_ok(
+        &server,
+        &["rollout", "status", "deployment/web", "--timeout=60s"],
+    );
+    assert_eq!(
+        web_pods(&pods.list(&ListParams::default()).await.unwrap().items),
+        (5, 5)
+    );
+
+    // Deleting the Deployment deletes its ReplicaSets and pods; with --cascade=orphan they stay.
+    kubectl_ok(&server, &["delete", "deployment", "web"]);
+    eventually("the ReplicaSets and pods to go", || async {
+        sets.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+            && web_pods(&pods.list(&ListParams::default()).await.unwrap().items).0 == 0
+    })
+    .await;
+    kubectl_ok(
+        &server,
+        &[
+            "create",
+            "deployment",
+            "kept",
+            "--image=busybox",
+            "--replicas=2",
+        ],
+    );
+    kubectl_ok(
+        &server,
+        &["rollout", "status", "deployment/kept", "--timeout=60s"],
+    );
+    kubectl_ok(
+        &server,
+        &["delete", "deployment", "kept", "--cascade=orphan"],
+    );
+    eventually("an orphaned ReplicaSet", || async {
+        let items = sets.list(&ListParams::default()).await.unwrap().items;
+        items.len() == 1 && items[0].owner_references().is_empty()
+    })
+    .await;
+    assert_eq!(
+        pods.list(&ListParams::default().labels("app=kept"))
+            .await
+            .unwrap()
+            .items
+            .len(),
+        2,
+        "the orphaned ReplicaSet keeps its pods"
+    );
+
+    // Deleting a namespace deletes what is in it, then the namespace.
+    kubectl_ok(
+        &server,
+        &[
+            "create",
+            "deployment",
+            "inside",
+            "--image=busybox",
+            "-n",
+            "team",
+        ],
+    );
+    let team_pods: Api<Pod> = Api::namespaced(client.clone(), "team");
+    eventually("a pod in team", || async {
+        !team_pods
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    })
+    .await;
+    kubectl_ok(&server, &["delete", "namespace", "team", "--timeout=60s"]);
+    let gone = server.kubectl(KUBECTL, &["get", "namespace", "team"]);
+    assert!(!gone.status.success(), "the namespace is gone");
+    kubelet.abort();
+}
+
+macro_rules! on_every_driver {
+    ($($name:ident => $driver:ident),+ $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                let Some(harness) = testing::$driver().await else {
+                    return;
+                };
+                deployments_roll_out_scale_undo_and_clean_up(harness.url()).await;
+                harness.cleanup().await;
+            }
+        )+
+    };
+}
+
+on_every_driver!(
+    controllers_on_sqlite => sqlite,
+    controllers_on_postgres => postgres,
+    controllers_on_etcd => etcd,
+);
