@@ -111,11 +111,12 @@ fn web_pods(pods: &[Pod]) -> (usize, usize) {
     (web.len(), ready)
 }
 
+/// `(total, ready)` web pods after each change a watch saw.
+type Counts = Arc<Mutex<Vec<(usize, usize)>>>;
+
 /// Every pod count seen during a rollout, from a watch of the pods.
-fn record_pod_counts(
-    client: Client,
-) -> (Arc<Mutex<Vec<(usize, usize)>>>, tokio::task::JoinHandle<()>) {
-    let seen: Arc<Mutex<Vec<(usize, usize)>>> = Arc::default();
+fn record_pod_counts(client: Client) -> (Counts, tokio::task::JoinHandle<()>) {
+    let seen: Counts = Arc::default();
     let record = seen.clone();
     let task = tokio::spawn(async move {
         let pods: Api<Pod> = Api::namespaced(client, "default");
