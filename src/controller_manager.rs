@@ -30,6 +30,9 @@ pub struct ControllerManagerArgs {
     /// Terminating namespaces emptied at once.
     #[arg(long, default_value_t = 10)]
     concurrent_namespace_syncs: u16,
+    /// Jobs reconciled at once.
+    #[arg(long, default_value_t = 5)]
+    concurrent_job_syncs: u16,
 }
 
 /// This process's identity in events and in the leader Lease: the host name and a unique
@@ -66,6 +69,7 @@ pub async fn run(args: ControllerManagerArgs) -> Result<()> {
             deployment: args.concurrent_deployment_syncs,
             garbage_collector: args.concurrent_gc_syncs,
             namespace: args.concurrent_namespace_syncs,
+            job: args.concurrent_job_syncs,
         },
         leader_election: args.leader_elect,
         root_ca,

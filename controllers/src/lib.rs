@@ -14,6 +14,7 @@ pub mod error;
 pub mod expectations;
 pub mod gc;
 pub mod informers;
+pub mod job;
 pub mod leader;
 pub mod namespace;
 pub mod podtemplate;
@@ -44,6 +45,7 @@ pub struct Concurrency {
     pub deployment: u16,
     pub garbage_collector: u16,
     pub namespace: u16,
+    pub job: u16,
 }
 
 impl Default for Concurrency {
@@ -53,6 +55,7 @@ impl Default for Concurrency {
             deployment: 5,
             garbage_collector: 20,
             namespace: 10,
+            job: 5,
         }
     }
 }
@@ -142,6 +145,15 @@ async fn run_controllers(config: Config, metrics: Arc<QueueMetrics>, shutdown: C
                     continue;
                 }
             },
+            "job" => job::controller(
+                &informers,
+                client,
+                identity,
+                queue,
+                config.concurrency.job,
+                token,
+            ),
+            "ttl-after-finished" => job::ttl::controller(&informers, client, queue, token),
             "namespace" => namespace::controller(
                 &informers,
                 client,

@@ -14,6 +14,8 @@ pub const ALL: &[&str] = &[
     "garbage-collector",
     "replicaset",
     "deployment",
+    "job",
+    "ttl-after-finished",
 ];
 
 /// The controllers that run.

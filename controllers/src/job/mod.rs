@@ -1,0 +1,90 @@
+//! The Job controller: runs a Job's pods to completion — `parallelism` at a time until
+//! `completions` succeed (or, without completions, until one succeeds and the rest are done),
+//! one pod per index in Indexed mode — and fails the Job past `backoffLimit` failures or
+//! `activeDeadlineSeconds`, re-creating failed pods after client-go's exponential delay (10 s
+//! doubling, at most 6 min). `suspend` stops its pods. Status carries the counts, the start
+//! and completion times, completed indexes, and upstream's conditions (`SuccessCriteriaMet`,
+//! `Complete`, `FailureTarget`, `Failed`, `Suspended`).
+//!
+//! The `ttl` module is the TTL-after-finished controller, which deletes finished Jobs once
+//! `ttlSecondsAfterFinished` has passed.
+
+mod reconcile;
+#[cfg(test)]
+mod tests;
+pub mod ttl;
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::controller::Controller;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::Store;
+use kube::{Client, ResourceExt};
+use tokio_util::sync::CancellationToken;
+
+use crate::expectations::Expectations;
+use crate::informers::Informers;
+use crate::replicaset::owner_key;
+use crate::runner::{self, counted, key_of};
+use crate::workqueue::Queue;
+
+pub use reconcile::reconcile;
+
+/// What the Job controller's reconciles share.
+pub struct Context {
+    pub client: Client,
+    pub pods: Store<Pod>,
+    pub expectations: Arc<Expectations>,
+    pub recorder: Recorder,
+}
+
+pub fn controller(
+    informers: &Informers,
+    client: Client,
+    identity: &str,
+    queue: Arc<Queue>,
+    concurrency: u16,
+    shutdown: CancellationToken,
+) -> BoxFuture<'static, ()> {
+    let jobs = informers.get::<Job>();
+    let pods = informers.get::<Pod>();
+    let expectations = Arc::new(Expectations::default());
+    let seen = expectations.clone();
+    let context = Arc::new(Context {
+        client: client.clone(),
+        pods: pods.store.clone(),
+        expectations,
+        recorder: Recorder::new(
+            client,
+            Reporter {
+                controller: "job-controller".into(),
+                instance: Some(identity.to_string()),
+            },
+        ),
+    });
+    let controller = Controller::for_shared_stream(
+        counted(jobs.changes, queue.clone(), |job: &Job| Some(key_of(job))),
+        jobs.store,
+    )
+    .owns_shared_stream(counted(pods.changes, queue.clone(), move |pod: &Pod| {
+        let owner = owner_key(pod, "Job")?;
+        if let Some(uid) = pod.uid() {
+            seen.seen(&owner, &uid);
+        }
+        Some(owner)
+    }));
+    runner::run(
+        "job",
+        controller,
+        context,
+        queue,
+        concurrency,
+        shutdown,
+        reconcile,
+    )
+    .boxed()
+}
