@@ -9,6 +9,7 @@
 //! It depends on the Kubernetes API only (kube-rs and k8s-openapi types) and on
 //! `rudder-facts`; nothing of the apiserver or the storage.
 
+pub mod cronjob;
 pub mod deployment;
 pub mod error;
 pub mod expectations;
@@ -153,6 +154,7 @@ async fn run_controllers(config: Config, metrics: Arc<QueueMetrics>, shutdown: C
                 config.concurrency.job,
                 token,
             ),
+            "cronjob" => cronjob::controller(&informers, client, identity, queue, token),
             "ttl-after-finished" => job::ttl::controller(&informers, client, queue, token),
             "namespace" => namespace::controller(
                 &informers,

@@ -15,6 +15,7 @@ pub const ALL: &[&str] = &[
     "replicaset",
     "deployment",
     "job",
+    "cronjob",
     "ttl-after-finished",
 ];
 

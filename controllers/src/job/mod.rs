@@ -9,7 +9,7 @@
 //! The `ttl` module is the TTL-after-finished controller, which deletes finished Jobs once
 //! `ttlSecondsAfterFinished` has passed.
 
-mod reconcile;
+pub(crate) mod reconcile;
 #[cfg(test)]
 mod tests;
 pub mod ttl;
