@@ -11,6 +11,7 @@
 
 pub mod cronjob;
 pub mod deployment;
+pub mod endpoints;
 pub mod error;
 pub mod expectations;
 pub mod gc;
@@ -146,6 +147,8 @@ async fn run_controllers(config: Config, metrics: Arc<QueueMetrics>, shutdown: C
                     continue;
                 }
             },
+            "endpoints" => endpoints::controller(&informers, client, false, queue, 5, token),
+            "endpointslice" => endpoints::controller(&informers, client, true, queue, 5, token),
             "job" => job::controller(
                 &informers,
                 client,

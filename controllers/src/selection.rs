@@ -14,6 +14,8 @@ pub const ALL: &[&str] = &[
     "garbage-collector",
     "replicaset",
     "deployment",
+    "endpoints",
+    "endpointslice",
     "job",
     "cronjob",
     "ttl-after-finished",
