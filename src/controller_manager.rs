@@ -33,6 +33,9 @@ pub struct ControllerManagerArgs {
     /// Jobs reconciled at once.
     #[arg(long, default_value_t = 5)]
     concurrent_job_syncs: u16,
+    /// StatefulSets reconciled at once.
+    #[arg(long, default_value_t = 5)]
+    concurrent_statefulset_syncs: u16,
 }
 
 /// This process's identity in events and in the leader Lease: the host name and a unique
@@ -70,6 +73,7 @@ pub async fn run(args: ControllerManagerArgs) -> Result<()> {
             garbage_collector: args.concurrent_gc_syncs,
             namespace: args.concurrent_namespace_syncs,
             job: args.concurrent_job_syncs,
+            statefulset: args.concurrent_statefulset_syncs,
         },
         leader_election: args.leader_elect,
         root_ca,

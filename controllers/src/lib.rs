@@ -25,6 +25,7 @@ pub mod rootca;
 pub mod runner;
 pub mod selection;
 pub mod serviceaccount;
+pub mod statefulset;
 pub mod workqueue;
 
 use std::sync::Arc;
@@ -48,6 +49,7 @@ pub struct Concurrency {
     pub garbage_collector: u16,
     pub namespace: u16,
     pub job: u16,
+    pub statefulset: u16,
 }
 
 impl Default for Concurrency {
@@ -58,6 +60,7 @@ impl Default for Concurrency {
             garbage_collector: 20,
             namespace: 10,
             job: 5,
+            statefulset: 5,
         }
     }
 }
@@ -147,6 +150,14 @@ async fn run_controllers(config: Config, metrics: Arc<QueueMetrics>, shutdown: C
                     continue;
                 }
             },
+            "statefulset" => statefulset::controller(
+                &informers,
+                client,
+                identity,
+                queue,
+                config.concurrency.statefulset,
+                token,
+            ),
             "endpoints" => endpoints::controller(&informers, client, false, queue, 5, token),
             "endpointslice" => endpoints::controller(&informers, client, true, queue, 5, token),
             "job" => job::controller(

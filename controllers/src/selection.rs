@@ -14,6 +14,7 @@ pub const ALL: &[&str] = &[
     "garbage-collector",
     "replicaset",
     "deployment",
+    "statefulset",
     "endpoints",
     "endpointslice",
     "job",

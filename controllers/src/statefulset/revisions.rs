@@ -1,0 +1,106 @@
+//! A StatefulSet's revisions: each template it has had is a ControllerRevision holding the
+//! template as a replacing patch (what `kubectl rollout history|undo statefulset` read), named
+//! after the set and a hash of it; pods carry the hash of the revision they were made from in
+//! `controller-revision-hash`.
+
+use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
+use kube::ResourceExt;
+use serde::Serialize;
+
+use crate::podtemplate::controller_reference;
+
+/// The label with a pod's (or a revision's) revision hash.
+pub const REVISION_HASH: &str = "controller-revision-hash";
+
+/// `{"spec":{"template":{…,"$patch":"replace"}}}`, as upstream stores it.
+#[derive(Serialize)]
+struct Patch<'a> {
+    spec: PatchSpec<'a>,
+}
+
+#[derive(Serialize)]
+struct PatchSpec<'a> {
+    template: ReplacingTemplate<'a>,
+}
+
+#[derive(Serialize)]
+struct ReplacingTemplate<'a> {
+    #[serde(flatten)]
+    template: &'a PodTemplateSpec,
+    #[serde(rename = "$patch")]
+    patch: &'static str,
+}
+
+fn fnv32a(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(0x811c_9dc5u32, |hash, byte| {
+        (hash ^ u32::from(*byte)).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// The revision data of `template` and its hash (with the collision count).
+pub fn data_and_hash(template: &PodTemplateSpec, collisions: Option<i32>) -> (Vec<u8>, String) {
+    let patch = Patch {
+        spec: PatchSpec {
+            template: ReplacingTemplate {
+                template,
+                patch: "replace",
+            },
+        },
+    };
+    let data = serde_json::to_vec(&patch).unwrap_or_default();
+    let mut hashed = data.clone();
+    if let Some(count) = collisions {
+        hashed.extend_from_slice(&count.to_le_bytes());
+    }
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let hash = fnv32a(&hashed)
+        .to_string()
+        .bytes()
+        .map(|digit| char::from(ALPHABET[usize::from(digit) % ALPHABET.len()]))
+        .collect();
+    (data, hash)
+}
+
+/// A ControllerRevision of `set` for its current template.
+pub fn revision_for(set: &StatefulSet, number: i64) -> Option<(ControllerRevision, String)> {
+    let spec = set.spec.as_ref()?;
+    let collisions = set
+        .status
+        .as_ref()
+        .and_then(|status| status.collision_count);
+    let (data, hash) = data_and_hash(&spec.template, collisions);
+    let value = serde_json::from_slice(&data).ok()?;
+    let mut labels = spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|meta| meta.labels.clone())
+        .unwrap_or_default();
+    labels.insert(REVISION_HASH.into(), hash.clone());
+    Some((
+        ControllerRevision {
+            metadata: ObjectMeta {
+                name: Some(format!("{}-{hash}", set.name_any())),
+                namespace: set.namespace(),
+                labels: Some(labels),
+                owner_references: Some(vec![controller_reference(set)]),
+                ..ObjectMeta::default()
+            },
+            data: Some(RawExtension(value)),
+            revision: number,
+        },
+        hash,
+    ))
+}
+
+/// Whether a revision holds `template` (its data is what `revision_for` would write).
+pub fn holds(revision: &ControllerRevision, template: &PodTemplateSpec) -> bool {
+    let Some(RawExtension(stored)) = revision.data.as_ref() else {
+        return false;
+    };
+    let (data, _) = data_and_hash(template, None);
+    serde_json::from_slice::<serde_json::Value>(&data).is_ok_and(|wanted| &wanted == stored)
+}
