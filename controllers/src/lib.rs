@@ -10,6 +10,7 @@
 //! `rudder-facts`; nothing of the apiserver or the storage.
 
 pub mod cronjob;
+pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
 pub mod error;
@@ -21,6 +22,7 @@ pub mod leader;
 pub mod namespace;
 pub mod podtemplate;
 pub mod replicaset;
+pub mod revisions;
 pub mod rootca;
 pub mod runner;
 pub mod selection;
@@ -150,6 +152,7 @@ async fn run_controllers(config: Config, metrics: Arc<QueueMetrics>, shutdown: C
                     continue;
                 }
             },
+            "daemonset" => daemonset::controller(&informers, client, identity, queue, 5, token),
             "statefulset" => statefulset::controller(
                 &informers,
                 client,

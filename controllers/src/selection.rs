@@ -15,6 +15,7 @@ pub const ALL: &[&str] = &[
     "replicaset",
     "deployment",
     "statefulset",
+    "daemonset",
     "endpoints",
     "endpointslice",
     "job",

@@ -32,6 +32,17 @@ use crate::workqueue::Queue;
 
 pub use reconcile::reconcile;
 
+/// `maxUnavailable` (default 1) of `total`, rounded down, at least 1 (DaemonSets share it).
+pub fn resolve_unavailable(
+    value: Option<&k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>,
+    total: i32,
+) -> i32 {
+    match value {
+        None => 1,
+        Some(value) => rolling::resolve(Some(value), 0, total, false).max(1),
+    }
+}
+
 /// What the Deployment controller's reconciles share.
 pub struct Context {
     pub client: Client,

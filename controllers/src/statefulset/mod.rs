@@ -8,7 +8,6 @@
 //! scaled-down pods.
 
 mod reconcile;
-pub mod revisions;
 
 use std::sync::Arc;
 

@@ -15,10 +15,10 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 
-use super::revisions::{holds, revision_for, REVISION_HASH};
 use super::Context;
 use crate::error::Result;
 use crate::podtemplate::{controller_reference, pod_from_template};
+use crate::revisions::{holds, revision_for, template_of, REVISION_HASH};
 use rudder_facts::owners::is_controlled_by;
 use rudder_facts::pods::{is_ready, is_terminal};
 
@@ -73,7 +73,10 @@ pub async fn reconcile(set: Arc<StatefulSet>, context: Arc<Context>) -> Result<A
         Some(revision) => revision.clone(),
         None => {
             let number = revisions.last().map_or(0, |r| r.revision) + 1;
-            let Some((revision, _)) = revision_for(&set, number) else {
+            let collisions = set.status.as_ref().and_then(|s| s.collision_count);
+            let Some((revision, _)) =
+                revision_for(set.as_ref(), &spec.template, collisions, number)
+            else {
                 return Ok(Action::await_change());
             };
             let created = Api::<ControllerRevision>::namespaced(context.client.clone(), &namespace)
@@ -282,12 +285,7 @@ async fn create_pod(
         return Ok(());
     };
     // The pod's template: the one its revision recorded (the set's own if it is the update).
-    let template = revision
-        .data
-        .as_ref()
-        .and_then(|data| data.0.pointer("/spec/template").cloned())
-        .and_then(|template| serde_json::from_value(template).ok())
-        .unwrap_or_else(|| spec.template.clone());
+    let template = template_of(revision).unwrap_or_else(|| spec.template.clone());
     let name = format!("{}-{ordinal}", set.name_any());
     let mut pod = pod_from_template(set, &template, &set.name_any());
     pod.metadata.generate_name = None;

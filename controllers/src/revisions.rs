@@ -1,13 +1,13 @@
-//! A StatefulSet's revisions: each template it has had is a ControllerRevision holding the
-//! template as a replacing patch (what `kubectl rollout history|undo statefulset` read), named
-//! after the set and a hash of it; pods carry the hash of the revision they were made from in
-//! `controller-revision-hash`.
+//! ControllerRevisions, as StatefulSets and DaemonSets keep them: each pod template the owner
+//! has had is a ControllerRevision holding the template as a replacing patch (what
+//! `kubectl rollout history|undo` read), named after the owner and a hash of it; pods carry the
+//! hash of the revision they were made from in `controller-revision-hash`.
 
-use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt};
 use serde::Serialize;
 
 use crate::podtemplate::controller_reference;
@@ -64,17 +64,16 @@ pub fn data_and_hash(template: &PodTemplateSpec, collisions: Option<i32>) -> (Ve
     (data, hash)
 }
 
-/// A ControllerRevision of `set` for its current template.
-pub fn revision_for(set: &StatefulSet, number: i64) -> Option<(ControllerRevision, String)> {
-    let spec = set.spec.as_ref()?;
-    let collisions = set
-        .status
-        .as_ref()
-        .and_then(|status| status.collision_count);
-    let (data, hash) = data_and_hash(&spec.template, collisions);
+/// A ControllerRevision of `owner` for `template`, numbered `number`, and its hash.
+pub fn revision_for<K: Resource<DynamicType = ()>>(
+    owner: &K,
+    template: &PodTemplateSpec,
+    collisions: Option<i32>,
+    number: i64,
+) -> Option<(ControllerRevision, String)> {
+    let (data, hash) = data_and_hash(template, collisions);
     let value = serde_json::from_slice(&data).ok()?;
-    let mut labels = spec
-        .template
+    let mut labels = template
         .metadata
         .as_ref()
         .and_then(|meta| meta.labels.clone())
@@ -83,10 +82,10 @@ pub fn revision_for(set: &StatefulSet, number: i64) -> Option<(ControllerRevisio
     Some((
         ControllerRevision {
             metadata: ObjectMeta {
-                name: Some(format!("{}-{hash}", set.name_any())),
-                namespace: set.namespace(),
+                name: Some(format!("{}-{hash}", owner.name_any())),
+                namespace: owner.namespace(),
                 labels: Some(labels),
-                owner_references: Some(vec![controller_reference(set)]),
+                owner_references: Some(vec![controller_reference(owner)]),
                 ..ObjectMeta::default()
             },
             data: Some(RawExtension(value)),
@@ -94,6 +93,12 @@ pub fn revision_for(set: &StatefulSet, number: i64) -> Option<(ControllerRevisio
         },
         hash,
     ))
+}
+
+/// The template a revision recorded.
+pub fn template_of(revision: &ControllerRevision) -> Option<PodTemplateSpec> {
+    let template = revision.data.as_ref()?.0.pointer("/spec/template")?.clone();
+    serde_json::from_value(template).ok()
 }
 
 /// Whether a revision holds `template` (its data is what `revision_for` would write).
