@@ -3,16 +3,18 @@
 //! PartialObjectMetadata views kubectl and kube-rs ask for). Strict field validation (unknown
 //! and duplicate fields) lives here too.
 
-use std::collections::BTreeSet;
+mod json;
+mod paths;
+pub(crate) mod yaml;
 
-use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
+
+use paths::{FieldPath, Recorded};
 
 use crate::error::{ApiError, Result};
 use crate::protobuf;
 
-/// Upstream's request body limit (3 MiB).
-pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+pub use crate::limits::MAX_BODY_BYTES;
 
 /// A wire format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -145,24 +147,17 @@ pub fn decode(format: Format, body: &[u8]) -> Result<Decoded> {
     check_size(body)?;
     match format {
         Format::Json => {
-            let mut deserializer = serde_json::Deserializer::from_slice(body);
-            let mut duplicates = Vec::new();
-            let value = TrackedValue {
-                path: String::new(),
-                duplicates: &mut duplicates,
-            }
-            .deserialize(&mut deserializer)
-            .and_then(|value| deserializer.end().map(|()| value))
-            .map_err(|error| {
-                ApiError::bad_request(format!("error decoding request body as JSON: {error}"))
-            })?;
+            let (value, duplicate_fields) =
+                json::decode_tracking_duplicates(body).map_err(|error| {
+                    ApiError::bad_request(format!("error decoding request body as JSON: {error}"))
+                })?;
             Ok(Decoded {
                 value,
-                duplicate_fields: duplicates,
+                duplicate_fields,
             })
         }
         Format::Yaml => {
-            let value: Value = yaml_serde::from_slice(body).map_err(|error| {
+            let value = yaml::decode_bounded(body).map_err(|error| {
                 ApiError::bad_request(format!("error decoding request body as YAML: {error}"))
             })?;
             Ok(Decoded {
@@ -182,111 +177,39 @@ pub fn decode(format: Format, body: &[u8]) -> Result<Decoded> {
     }
 }
 
-/// Deserializes a JSON value while recording keys that appear twice in one object.
-struct TrackedValue<'a> {
-    path: String,
-    duplicates: &'a mut Vec<String>,
-}
-
-fn child_path(parent: &str, key: &str) -> String {
-    if parent.is_empty() {
-        key.to_string()
-    } else {
-        format!("{parent}.{key}")
-    }
-}
-
-impl<'de> DeserializeSeed<'de> for TrackedValue<'_> {
-    type Value = Value;
-
-    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for TrackedValue<'_> {
-    type Value = Value;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a JSON value")
-    }
-
-    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_string()))
-    }
-    fn visit_string<E>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
-    }
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-    fn visit_none<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut items = Vec::new();
-        while let Some(item) = seq.next_element_seed(TrackedValue {
-            path: format!("{}[{}]", self.path, items.len()),
-            duplicates: self.duplicates,
-        })? {
-            items.push(item);
-        }
-        Ok(Value::Array(items))
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut object = serde_json::Map::new();
-        while let Some(key) = map.next_key::<String>()? {
-            let path = child_path(&self.path, &key);
-            let value = map.next_value_seed(TrackedValue {
-                path: path.clone(),
-                duplicates: self.duplicates,
-            })?;
-            if object.insert(key, value).is_some() {
-                self.duplicates.push(path);
-            }
-        }
-        Ok(Value::Object(object))
-    }
-}
-
-/// Fields present (and not null) in `input` that the canonical form dropped: the unknown fields.
+/// Fields present (and not null) in `input` that the canonical form dropped: the unknown fields
+/// (at most [`Recorded::MAX_ITEMS`] of them), in one pass over the input.
 pub fn unknown_fields(input: &Value, canonical: &Value) -> Vec<String> {
-    let mut found = BTreeSet::new();
-    collect_unknown(input, canonical, "", &mut found);
-    found.into_iter().collect()
+    let mut path = FieldPath::default();
+    let mut found = Recorded::default();
+    collect_unknown(input, canonical, &mut path, &mut found);
+    let mut found = found.into_items();
+    found.sort();
+    found.dedup();
+    found
 }
 
-fn collect_unknown(input: &Value, canonical: &Value, path: &str, found: &mut BTreeSet<String>) {
+fn collect_unknown(input: &Value, canonical: &Value, path: &mut FieldPath, found: &mut Recorded) {
+    if found.is_full() {
+        return;
+    }
     match (input, canonical) {
         (Value::Object(input), Value::Object(canonical)) => {
             for (key, value) in input {
-                let path = child_path(path, key);
+                path.push_key(key.clone());
                 match canonical.get(key) {
-                    Some(kept) => collect_unknown(value, kept, &path, found),
+                    Some(kept) => collect_unknown(value, kept, path, found),
                     None if value.is_null() => {}
-                    None => {
-                        found.insert(path);
-                    }
+                    None => found.record_with(|| path.render()),
                 }
+                path.pop();
             }
         }
         (Value::Array(input), Value::Array(canonical)) => {
             for (index, (value, kept)) in input.iter().zip(canonical).enumerate() {
-                collect_unknown(value, kept, &format!("{path}[{index}]"), found);
+                path.push_index(index);
+                collect_unknown(value, kept, path, found);
+                path.pop();
             }
         }
         _ => {}
