@@ -357,3 +357,54 @@ fn translate(filter: &Filter, event: rudder_storage::Event) -> Option<WatchEvent
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+
+    fn event(bytes: usize) -> WatchEvent {
+        WatchEvent {
+            kind: WatchEventKind::Added,
+            object: json!({"data": "x".repeat(bytes)}),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_does_not_read_holds_one_budget_and_is_ended() {
+        let (outbox, mut events) = Outbox::new();
+        // A 1 MiB object always fits once, whatever its size…
+        outbox
+            .send(event(16), WATCHER_BUDGET_BYTES + 10)
+            .await
+            .expect("the first event is queued");
+        // …but nothing more is held until the client takes it: the watcher waits, then ends.
+        let started = tokio::time::Instant::now();
+        assert_eq!(outbox.send(event(16), 100).await, Err(Ended::Stalled));
+        assert!(started.elapsed() >= STALL_TIMEOUT);
+        // Taking an event frees its share of the budget.
+        assert!(events.next().await.is_some());
+        outbox.send(event(16), 100).await.expect("room again");
+        drop(events);
+        assert_eq!(outbox.send(event(16), 100).await, Err(Ended::ClientGone));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn small_events_queue_until_the_budget_is_spent() {
+        let (outbox, _events) = Outbox::new();
+        let mut queued = 0;
+        while outbox.send(event(0), 64 * 1024).await.is_ok() {
+            queued += 1;
+        }
+        assert_eq!(queued, WATCHER_BUDGET_BYTES / (64 * 1024));
+    }
+
+    #[test]
+    fn replay_pages_hold_about_a_megabyte_of_objects() {
+        assert_eq!(next_page_size(&[]), FIRST_REPLAY_PAGE);
+        let big = vec![json!({"data": "x".repeat(1024 * 1024)}); 2];
+        assert_eq!(next_page_size(&big), 1);
+        let small = vec![json!({"a": 1}); 3];
+        assert_eq!(next_page_size(&small), MAX_REPLAY_PAGE);
+    }
+}
