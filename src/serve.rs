@@ -101,12 +101,16 @@ fn require_loopback(flag: &str, listen: SocketAddr) -> Result<()> {
 /// `rudder etcd`.
 pub async fn etcd(args: EtcdArgs) -> Result<()> {
     require_loopback("--listen", args.listen)?;
-    serve_gateway(
-        &storage_url(args.storage, &args.data_dir),
-        args.listen,
-        args.watch_progress_notify_interval,
-    )
-    .await
+    let embedded = args.storage.is_none();
+    let url = storage_url(args.storage, &args.data_dir);
+    // The embedded store holds every Secret: private, as `rudder server` keeps it.
+    if embedded {
+        rudder_apiserver::data_dir::prepare(&args.data_dir)
+            .with_context(|| format!("creating {}", args.data_dir.display()))?;
+    }
+    rudder_apiserver::data_dir::protect_sqlite_files(&url)
+        .context("making the SQLite database private")?;
+    serve_gateway(&url, args.listen, args.watch_progress_notify_interval).await
 }
 
 /// `rudder server`: the Kubernetes API over the store (and, if asked, the etcd gateway).
