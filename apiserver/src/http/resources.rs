@@ -554,3 +554,59 @@ fn delete_options(
         .is_some_and(|values| values.iter().any(|value| value == "All"));
     Ok((options, dry_run))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(method: &str, path: &str, query: &str) -> RequestInfo {
+        let method = http::Method::from_bytes(method.as_bytes()).expect("method");
+        match request::parse_path(&method, path, &Query::parse(Some(query))).expect("parses") {
+            ApiPath::Resource(info) => info,
+            other => panic!("not a resource: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn subresources_have_their_own_verb_tables() {
+        let pods = "/api/v1/namespaces/d/pods/p";
+        let deployments = "/apis/apps/v1/namespaces/d/deployments/w";
+        for (method, path, served) in [
+            ("GET", format!("{pods}/status"), true),
+            ("PATCH", format!("{pods}/status"), true),
+            ("DELETE", format!("{pods}/status"), false),
+            ("POST", format!("{pods}/binding"), true),
+            ("GET", format!("{pods}/binding"), false),
+            ("PATCH", format!("{pods}/binding"), false),
+            ("PUT", format!("{deployments}/scale"), true),
+            ("DELETE", format!("{deployments}/scale"), false),
+            ("PUT", "/api/v1/namespaces/n/finalize".to_string(), true),
+            ("PATCH", "/api/v1/namespaces/n/finalize".to_string(), false),
+            ("DELETE", "/api/v1/secrets".to_string(), false),
+            ("DELETE", "/api/v1/namespaces/d/secrets".to_string(), true),
+            ("DELETE", "/api/v1/namespaces".to_string(), false),
+            ("DELETE", "/api/v1/nodes".to_string(), true),
+        ] {
+            assert_eq!(
+                verb_served(&info(method, &path, "")),
+                served,
+                "{method} {path}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_name_selector_names_the_object_for_authorization() {
+        let named = |query: &str| named_in_selector(&Query::parse(Some(query)));
+        assert_eq!(
+            named("fieldSelector=metadata.name%3Done").as_deref(),
+            Some("one")
+        );
+        assert_eq!(
+            named("fieldSelector=metadata.namespace%3Dd,metadata.name%3D%3Done").as_deref(),
+            Some("one")
+        );
+        assert_eq!(named("fieldSelector=metadata.name!%3Done"), None);
+        assert_eq!(named("labelSelector=a%3Db"), None);
+    }
+}
