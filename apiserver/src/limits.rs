@@ -11,8 +11,8 @@ use serde_json::Value;
 /// Upstream's request body limit (`maxRequestBodyBytes`, 3 MiB).
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
-/// The largest stored value: etcd's default request limit (1.5 MiB), which upstream relies on,
-/// enforced for every driver.
+/// The largest write, key and value together: etcd's default request limit (1.5 MiB), which
+/// upstream relies on, enforced for every driver (the SQL drivers guard the same sum).
 pub const MAX_STORED_VALUE_BYTES: usize = 1024 * 1024 + 512 * 1024;
 
 /// The longest storage key. PostgreSQL cannot index a key much past 2.7 KB; names are the only

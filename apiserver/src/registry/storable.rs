@@ -31,9 +31,10 @@ pub(super) fn check_key(info: &ResourceInfo, key: &[u8], name: &str) -> Result<(
     ))
 }
 
-/// The stored form of `object` (see `object::to_stored`), refused when it nests deeper than
-/// [`MAX_OBJECT_DEPTH`] (422) or encodes to more than [`MAX_STORED_VALUE_BYTES`] (413).
-pub(super) fn encode(info: &ResourceInfo, object: &Value) -> Result<Vec<u8>> {
+/// The stored form of `object` (see `object::to_stored`) under `key`, refused when it nests
+/// deeper than [`MAX_OBJECT_DEPTH`] (422) or, with its key, takes more than
+/// [`MAX_STORED_VALUE_BYTES`] (413).
+pub(super) fn encode(info: &ResourceInfo, key: &[u8], object: &Value) -> Result<Vec<u8>> {
     let name = object::name(object);
     let depth = depth(object);
     if depth > MAX_OBJECT_DEPTH {
@@ -52,11 +53,11 @@ pub(super) fn encode(info: &ResourceInfo, object: &Value) -> Result<Vec<u8>> {
     }
     let value = object::to_stored(object)
         .map_err(|error| ApiError::internal(format!("encoding object: {error}")))?;
-    if value.len() > MAX_STORED_VALUE_BYTES {
+    let size = key.len() + value.len();
+    if size > MAX_STORED_VALUE_BYTES {
         return Err(ApiError::too_large(format!(
-            "{} \"{name}\" is too large to store: it encodes to {} bytes, the limit is {MAX_STORED_VALUE_BYTES}",
+            "{} \"{name}\" is too large to store: it takes {size} bytes with its key, the limit is {MAX_STORED_VALUE_BYTES}",
             crate::error::qualified(info),
-            value.len()
         )));
     }
     Ok(value)
@@ -81,19 +82,20 @@ mod tests {
         let revisions = catalog::find("apps", "v1", "controllerrevisions").expect("served");
         let mut ok = json!({"metadata": {"name": "r"}});
         ok["data"] = nested(MAX_OBJECT_DEPTH - 2);
-        assert!(encode(revisions, &ok).is_ok());
+        assert!(encode(revisions, b"/k", &ok).is_ok());
         let mut deep = json!({"metadata": {"name": "r"}});
         deep["data"] = nested(MAX_OBJECT_DEPTH);
-        let error = encode(revisions, &deep).expect_err("too deep");
+        let error = encode(revisions, b"/k", &deep).expect_err("too deep");
         assert_eq!((error.code, error.reason), (422, "Invalid"));
     }
 
     #[test]
     fn values_past_etcds_request_limit_are_too_large() {
         let configmaps = catalog::find("", "v1", "configmaps").expect("served");
-        let big =
-            json!({"metadata": {"name": "c"}, "data": {"k": "x".repeat(MAX_STORED_VALUE_BYTES)}});
-        let error = encode(configmaps, &big).expect_err("too large");
+        let data = "x".repeat(MAX_STORED_VALUE_BYTES - 100);
+        let big = json!({"metadata": {"name": "c"}, "data": {"k": data}});
+        let key = [b'k'; 200];
+        let error = encode(configmaps, &key, &big).expect_err("too large with its key");
         assert_eq!((error.code, error.reason), (413, "RequestEntityTooLarge"));
     }
 

@@ -134,7 +134,7 @@ impl Registry {
             let name = object::name(&object).to_string();
             let key = object_key(info, namespace, &name);
             let checked = storable::check_key(info, &key, &name)
-                .and_then(|()| storable::encode(info, &object));
+                .and_then(|()| storable::encode(info, &key, &object));
             let value = match checked {
                 Ok(value) => value,
                 Err(error) => {
@@ -261,7 +261,8 @@ impl Registry {
                     &object::now(),
                 );
             }
-            let value = storable::encode(info, &object)?;
+            let key = object_key(info, namespace, name);
+            let value = storable::encode(info, &key, &object)?;
             if write.dry_run {
                 return Ok(Written {
                     object: object::with_resource_version(object, revision),
@@ -269,7 +270,6 @@ impl Registry {
                     warnings: Vec::new(),
                 });
             }
-            let key = object_key(info, namespace, name);
             if object::is_deleting(&object) && !holds_deletion(info, &object) {
                 // The last finalizer is gone: the pending deletion completes now.
                 match self.storage.delete(&key, Some(revision)).await? {
@@ -353,7 +353,7 @@ impl Registry {
                 }
                 match self
                     .storage
-                    .update(&key, &storable::encode(info, &marked)?, revision, 0)
+                    .update(&key, &storable::encode(info, &key, &marked)?, revision, 0)
                     .await?
                 {
                     UpdateOutcome::Updated { revision } => {
