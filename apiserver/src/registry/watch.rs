@@ -84,8 +84,9 @@ const WATCHER_BUDGET_BYTES: usize = 1024 * 1024;
 const STALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bytes of objects one page of a replay reads (the page size adapts to the objects' size).
 const REPLAY_PAGE_BYTES: usize = 1024 * 1024;
-/// The first replay page's size, before any object was measured.
-const FIRST_REPLAY_PAGE: i64 = 8;
+/// The first replay page's size, before any object was measured: one object, which may be
+/// a megabyte.
+const FIRST_REPLAY_PAGE: i64 = 1;
 /// The most objects one replay page reads.
 const MAX_REPLAY_PAGE: i64 = 500;
 
