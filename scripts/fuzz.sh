@@ -7,7 +7,8 @@
 #
 # A crash leaves its input in fuzz/artifacts/<target>/ and stops the script; rerun it with
 # `cargo fuzz run -s none <target> <file>` in fuzz/, then add a regression test and fix it.
-# Afterwards `cargo fuzz cmin -s none <target>` keeps the corpus small before committing it.
+# Afterwards `cargo fuzz cmin -s none <target>` keeps the corpus small before committing it
+# (fuzz/README.md: a few hundred KB in all).
 set -euo pipefail
 
 cd "$(dirname "$0")/../fuzz"
