@@ -62,6 +62,19 @@ pub struct ServerArgs {
     /// How often gateway watches that ask for progress notifications get one.
     #[arg(long, default_value = "10m", value_parser = parse_interval)]
     watch_progress_notify_interval: std::time::Duration,
+    /// Non-mutating requests in flight at once (watches aside); more get 429. 0: no limit.
+    #[arg(long, default_value_t = 400)]
+    max_requests_inflight: usize,
+    /// Mutating requests in flight at once; more get 429. 0: no limit.
+    #[arg(long, default_value_t = 200)]
+    max_mutating_requests_inflight: usize,
+    /// How long a request other than a watch may take before it fails with 504 (e.g. 60s, 2m).
+    #[arg(long, default_value = "60s", value_parser = parse_interval)]
+    request_timeout: std::time::Duration,
+    /// Client connections open at once; more wait to be accepted (lowered to fit the
+    /// open-file limit).
+    #[arg(long, default_value_t = 10_000)]
+    max_connections: usize,
 }
 
 #[derive(clap::Args)]
@@ -75,14 +88,29 @@ fn storage_url(storage: Option<String>, data_dir: &std::path::Path) -> String {
     storage.unwrap_or_else(|| format!("sqlite://{}", data_dir.join("state.db").display()))
 }
 
+/// The etcd gateway serves the whole store, Secrets included, with neither TLS nor
+/// authentication (the gateway has neither yet): it may listen on a loopback address only.
+fn require_loopback(flag: &str, listen: SocketAddr) -> Result<()> {
+    anyhow::ensure!(
+        listen.ip().is_loopback(),
+        "{flag} {listen}: the etcd gateway has no TLS or client-certificate authentication yet, so it serves only on a loopback address (127.0.0.1 or [::1]); anyone who reaches it reads and writes every object"
+    );
+    Ok(())
+}
+
 /// `rudder etcd`.
 pub async fn etcd(args: EtcdArgs) -> Result<()> {
-    serve_gateway(
-        &storage_url(args.storage, &args.data_dir),
-        args.listen,
-        args.watch_progress_notify_interval,
-    )
-    .await
+    require_loopback("--listen", args.listen)?;
+    let embedded = args.storage.is_none();
+    let url = storage_url(args.storage, &args.data_dir);
+    // The embedded store holds every Secret: private, as `rudder server` keeps it.
+    if embedded {
+        rudder_apiserver::data_dir::prepare(&args.data_dir)
+            .with_context(|| format!("creating {}", args.data_dir.display()))?;
+    }
+    rudder_apiserver::data_dir::protect_sqlite_files(&url)
+        .context("making the SQLite database private")?;
+    serve_gateway(&url, args.listen, args.watch_progress_notify_interval).await
 }
 
 /// `rudder server`: the Kubernetes API over the store (and, if asked, the etcd gateway).
@@ -96,7 +124,17 @@ pub async fn server(args: ServerArgs) -> Result<()> {
         token_auth_file: args.token_auth_file,
         service_cluster_ip_range: args.service_cluster_ip_range,
         service_node_port_range: args.service_node_port_range,
+        limits: rudder_apiserver::Limits {
+            max_requests_inflight: args.max_requests_inflight,
+            max_mutating_requests_inflight: args.max_mutating_requests_inflight,
+            request_timeout: args.request_timeout,
+            max_connections: args.max_connections,
+            ..rudder_apiserver::Limits::default()
+        },
     };
+    if let Some(listen) = args.etcd_listen {
+        require_loopback("--etcd-listen", listen)?;
+    }
     let running = rudder_apiserver::server::start(config).await?;
     tracing::info!(
         storage = %redact(&url),

@@ -82,6 +82,9 @@ const ALL_VERBS: &[&str] = &[
     "update",
     "watch",
 ];
+const NAMESPACE_VERBS: &[&str] = &[
+    "create", "delete", "get", "list", "patch", "update", "watch",
+];
 const CREATE_ONLY: &[&str] = &["create"];
 const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
 const ALL: &[&str] = &["all"];
@@ -124,9 +127,13 @@ macro_rules! resource {
 /// Every resource we serve, in discovery order within each group.
 pub static RESOURCES: &[ResourceInfo] = &[
     // core/v1
-    resource!("", "v1", "Namespace", "namespaces", "namespace", false, short: &["ns"], categories: NONE,
+    // Namespaces have no deletecollection, as upstream.
+    ResourceInfo {
+        verbs: NAMESPACE_VERBS,
+        ..resource!("", "v1", "Namespace", "namespaces", "namespace", false, short: &["ns"], categories: NONE,
         sub: &[status_of("", "v1", "Namespace"), Subresource { name: "finalize", kind: ("", "v1", "Namespace"), verbs: &["update"] }],
-        prefix: "/registry/namespaces", k8s::core::v1::Namespace),
+        prefix: "/registry/namespaces", k8s::core::v1::Namespace)
+    },
     resource!("", "v1", "Pod", "pods", "pod", true, short: &["po"], categories: ALL,
         sub: &[status_of("", "v1", "Pod"), Subresource { name: "binding", kind: ("", "v1", "Binding"), verbs: CREATE_ONLY }],
         prefix: "/registry/pods", k8s::core::v1::Pod),

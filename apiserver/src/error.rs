@@ -277,6 +277,9 @@ impl From<rudder_storage::Error> for ApiError {
             E::FutureRevision { .. } => {
                 ApiError::timeout(format!("Too large resource version: {error}"))
             }
+            // The drivers' own guard of etcd's request limit; the registry refuses such
+            // writes first (registry/storable.rs), so this is a backstop.
+            E::TooLarge(_) => ApiError::too_large(format!("etcdserver: {error}")),
             E::Unavailable { .. } | E::Closed => {
                 tracing::warn!(%error, "storage unavailable");
                 ApiError::unavailable(format!("storage is unavailable: {error}"))

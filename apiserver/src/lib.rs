@@ -15,9 +15,12 @@ pub mod authn;
 pub mod authz;
 pub mod catalog;
 pub mod codec;
+mod connection;
+pub mod data_dir;
 pub mod defaults;
 pub mod error;
 pub mod http;
+pub mod limits;
 pub mod openapi;
 pub mod patch;
 pub mod pki;
@@ -30,4 +33,5 @@ pub mod tables;
 pub mod tls;
 pub mod validation;
 
+pub use limits::Limits;
 pub use server::{Config, Running};

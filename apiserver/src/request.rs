@@ -64,7 +64,12 @@ pub enum ApiPath {
 
 /// Parses a path under `/api` or `/apis` for an HTTP method and query.
 pub fn parse_path(method: &http::Method, path: &str, query: &Query) -> Result<ApiPath> {
-    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    // As upstream (Go's decoded `URL.Path`), segments are split after percent-decoding, so
+    // `ops%20admin` names the object `ops admin`.
+    let decoded = percent_encoding::percent_decode_str(path)
+        .decode_utf8()
+        .map_err(|_| ApiError::bad_request("the request path is not UTF-8 once percent-decoded"))?;
+    let parts: Vec<&str> = decoded.trim_matches('/').split('/').collect();
     let (group, version, mut rest) = match parts.as_slice() {
         ["api"] => return Ok(ApiPath::Root { legacy: true }),
         ["apis"] => return Ok(ApiPath::Root { legacy: false }),
@@ -397,6 +402,25 @@ mod tests {
             resource("DELETE", "/api/v1/namespaces/a/pods", "").verb,
             Verb::DeleteCollection
         );
+    }
+
+    #[test]
+    fn path_segments_are_percent_decoded() {
+        let info = resource(
+            "DELETE",
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/ops%20admin",
+            "",
+        );
+        assert_eq!(info.name.as_deref(), Some("ops admin"));
+        let info = resource("GET", "/api/v1/namespaces/d%65fault/configmaps/a", "");
+        assert_eq!(info.namespace.as_deref(), Some("default"));
+        let error = parse_path(
+            &http::Method::GET,
+            "/api/v1/namespaces/%FF/configmaps",
+            &Query::default(),
+        )
+        .expect_err("not UTF-8");
+        assert_eq!(error.code, 400);
     }
 
     #[test]

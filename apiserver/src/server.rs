@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::authn::{Authenticator, TokenFile};
 use crate::authz::AlwaysAllow;
 use crate::http::{router, AppState};
+use crate::limits::Limits;
 use crate::pki::{self, Pki};
 use crate::registry::{self, Allocators, Registry};
 
@@ -30,6 +31,8 @@ pub struct Config {
     pub token_auth_file: Option<PathBuf>,
     pub service_cluster_ip_range: String,
     pub service_node_port_range: String,
+    /// Request and connection limits (upstream's defaults).
+    pub limits: Limits,
 }
 
 impl Config {
@@ -43,6 +46,7 @@ impl Config {
             token_auth_file: None,
             service_cluster_ip_range: "10.96.0.0/12".into(),
             service_node_port_range: "30000-32767".into(),
+            limits: Limits::default(),
         }
     }
 }
@@ -110,13 +114,48 @@ fn advertise_ip(listen: &SocketAddr) -> IpAddr {
         .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
 }
 
+/// File descriptors kept for the store, the data dir and the process itself.
+const RESERVED_FILES: u64 = 256;
+
+/// Raises the soft open-file limit to the hard limit (a default soft limit of 1024 would let
+/// a thousand idle sockets starve the server); returns the soft limit in force.
+pub fn raise_open_file_limit() -> Option<u64> {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => Some(limit),
+        Err(error) => {
+            tracing::warn!(%error, "could not raise the open-file limit");
+            None
+        }
+    }
+}
+
+/// The connection cap: the configured one, lowered to what the open-file limit allows.
+fn connection_cap(configured: usize, open_files: Option<u64>) -> usize {
+    let Some(open_files) = open_files else {
+        return configured;
+    };
+    let allowed = usize::try_from(open_files.saturating_sub(RESERVED_FILES)).unwrap_or(usize::MAX);
+    if allowed < configured {
+        tracing::info!(
+            configured,
+            allowed,
+            "the open-file limit lowers the connection cap"
+        );
+    }
+    configured.min(allowed).max(1)
+}
+
 /// Starts an apiserver.
 pub async fn start(config: Config) -> Result<Running> {
     let cidr = registry::allocator_cidr(&config.service_cluster_ip_range)
         .map_err(|error| anyhow::anyhow!("--service-cluster-ip-range: {error}"))?;
     let node_ports = parse_port_range(&config.service_node_port_range)?;
-    std::fs::create_dir_all(&config.data_dir)
+    crate::data_dir::prepare(&config.data_dir)
         .with_context(|| format!("creating {}", config.data_dir.display()))?;
+    crate::data_dir::protect_sqlite_files(&config.storage_url)
+        .context("making the SQLite database private")?;
+    let mut limits = config.limits.clone();
+    limits.max_connections = connection_cap(limits.max_connections, raise_open_file_limit());
     let storage = rudder_storage::open(&config.storage_url)
         .await
         .with_context(|| {
@@ -162,6 +201,7 @@ pub async fn start(config: Config) -> Result<Running> {
         Authenticator::new(tokens),
         Arc::new(AlwaysAllow),
         SocketAddr::new(advertise, addr.port()).to_string(),
+        &limits,
     );
     registry::bootstrap(&registry, addr.port(), &advertise.to_string())
         .await
@@ -180,7 +220,13 @@ pub async fn start(config: Config) -> Result<Running> {
 
     let shutdown = CancellationToken::new();
     let app = router(state);
-    let task = tokio::spawn(crate::tls::serve(listener, tls, app, shutdown.clone()));
+    let task = tokio::spawn(crate::tls::serve(
+        listener,
+        tls,
+        app,
+        shutdown.clone(),
+        limits,
+    ));
     tracing::info!(%addr, url = %server_url, kubeconfig = %kubeconfig.display(), "apiserver listening");
     Ok(Running {
         addr,
@@ -190,4 +236,24 @@ pub async fn start(config: Config) -> Result<Running> {
         task,
         storage,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_soft_open_file_limit_is_raised_to_the_hard_limit() {
+        let raised = raise_open_file_limit().expect("getrlimit works here");
+        let (soft, hard) = rlimit::Resource::NOFILE.get().expect("getrlimit");
+        assert_eq!(soft, hard);
+        assert_eq!(raised, soft);
+    }
+
+    #[test]
+    fn the_connection_cap_leaves_room_for_the_store() {
+        assert_eq!(connection_cap(10_000, Some(1024)), 768);
+        assert_eq!(connection_cap(500, Some(1_000_000)), 500);
+        assert_eq!(connection_cap(500, None), 500);
+    }
 }

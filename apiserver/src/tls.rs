@@ -13,10 +13,14 @@ use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use rustls_pki_types::CertificateDer;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
+
+use crate::connection::{Activity, Idleness, TrackedBody};
+use crate::limits::Limits;
 
 /// The client's certificate chain as verified during the TLS handshake (leaf first). Present in
 /// a request's extensions only when the client presented a certificate.
@@ -39,35 +43,57 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 ///
 /// Each connection is handled on its own task: the TLS handshake (bounded by
 /// [`HANDSHAKE_TIMEOUT`]; failures are logged at debug level and never stop the loop), then
-/// HTTP/1.1 or HTTP/2 with upgrades. Every request carries [`PeerCertificates`] (when the client
-/// presented a certificate) and `ConnectInfo<SocketAddr>` in its extensions. On shutdown the
-/// listener is closed, open connections are asked to finish gracefully, and whatever is still
-/// running after [`SHUTDOWN_GRACE`] is aborted.
+/// HTTP/1.1 or HTTP/2 with upgrades, under the connection limits of `limits` (see
+/// `connection`: a cap on open connections, a first request soon after the handshake, an idle
+/// timeout, HTTP/2 keep-alive PINGs). Every request carries [`PeerCertificates`] (when the
+/// client presented a certificate) and `ConnectInfo<SocketAddr>` in its extensions. On
+/// shutdown the listener is closed, open connections are asked to finish gracefully, and
+/// whatever is still running after [`SHUTDOWN_GRACE`] is aborted.
 pub async fn serve(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
     app: axum::Router,
     shutdown: CancellationToken,
+    limits: Limits,
 ) -> std::io::Result<()> {
     let acceptor = TlsAcceptor::from(tls);
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new());
-    builder.http2().timer(TokioTimer::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(Some(HEADER_READ_TIMEOUT));
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(limits.keep_alive_interval))
+        .keep_alive_timeout(limits.keep_alive_timeout);
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let limits = Arc::new(limits);
     let mut connections = JoinSet::new();
 
     loop {
-        let accepted = tokio::select! {
+        // At the cap, stop accepting: new clients wait in the backlog until a slot frees.
+        let slot = tokio::select! {
             () = shutdown.cancelled() => break,
             Some(joined) = connections.join_next(), if !connections.is_empty() => {
-                if let Err(e) = joined {
-                    if e.is_panic() {
-                        tracing::error!(error = %e, "connection task panicked");
-                    }
-                }
+                log_join(joined);
                 continue;
             }
-            accepted = listener.accept() => accepted,
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
         };
+        let accepted = loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break None,
+                Some(joined) = connections.join_next(), if !connections.is_empty() => {
+                    log_join(joined);
+                }
+                accepted = listener.accept() => break Some(accepted),
+            }
+        };
+        let Some(accepted) = accepted else { break };
         let (stream, remote) = match accepted {
             Ok(pair) => pair,
             Err(e) => {
@@ -80,14 +106,18 @@ pub async fn serve(
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(%remote, error = %e, "TCP_NODELAY not set");
         }
-        connections.spawn(serve_connection(
-            acceptor.clone(),
-            builder.clone(),
-            stream,
+        let connection = Connection {
+            acceptor: acceptor.clone(),
+            builder: builder.clone(),
             remote,
-            app.clone(),
-            shutdown.clone(),
-        ));
+            app: app.clone(),
+            shutdown: shutdown.clone(),
+            limits: limits.clone(),
+        };
+        connections.spawn(async move {
+            connection.serve(stream).await;
+            drop(slot);
+        });
     }
 
     drop(listener);
@@ -105,58 +135,117 @@ pub async fn serve(
     Ok(())
 }
 
-async fn serve_connection(
+/// How long a client may take to send one request's headers (upstream: 32 s).
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(32);
+/// How long a connection asked to close (idle, or the server shutting down) may take.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+fn log_join(joined: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = joined {
+        if e.is_panic() {
+            tracing::error!(error = %e, "connection task panicked");
+        }
+    }
+}
+
+/// One accepted connection and what serving it needs.
+struct Connection {
     acceptor: TlsAcceptor,
     builder: auto::Builder<TokioExecutor>,
-    stream: tokio::net::TcpStream,
     remote: SocketAddr,
     app: axum::Router,
     shutdown: CancellationToken,
-) {
-    let handshake = tokio::select! {
-        () = shutdown.cancelled() => return,
-        result = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)) => result,
-    };
-    let tls_stream = match handshake {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(e)) => {
-            tracing::debug!(%remote, error = %e, "TLS handshake failed");
-            return;
-        }
-        Err(_) => {
-            tracing::debug!(%remote, "TLS handshake timed out");
-            return;
-        }
-    };
-    let peer = tls_stream
-        .get_ref()
-        .1
-        .peer_certificates()
-        .filter(|chain| !chain.is_empty())
-        .map(|chain| PeerCertificates(Arc::new(chain.to_vec())));
+    limits: Arc<Limits>,
+}
 
-    let service = tower::service_fn(move |mut request: http::Request<Incoming>| {
-        let extensions = request.extensions_mut();
-        extensions.insert(ConnectInfo(remote));
-        if let Some(peer) = &peer {
-            extensions.insert(peer.clone());
+impl Connection {
+    async fn serve(self, stream: tokio::net::TcpStream) {
+        let remote = self.remote;
+        let handshake = tokio::select! {
+            () = self.shutdown.cancelled() => return,
+            result = tokio::time::timeout(HANDSHAKE_TIMEOUT, self.acceptor.accept(stream)) => result,
+        };
+        let tls_stream = match handshake {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => {
+                tracing::debug!(%remote, error = %e, "TLS handshake failed");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(%remote, "TLS handshake timed out");
+                return;
+            }
+        };
+        let peer = tls_stream
+            .get_ref()
+            .1
+            .peer_certificates()
+            .filter(|chain| !chain.is_empty())
+            .map(|chain| PeerCertificates(Arc::new(chain.to_vec())));
+
+        let activity = Activity::new();
+        let app = self.app.clone();
+        let requests = activity.clone();
+        let service = tower::service_fn(move |mut request: http::Request<Incoming>| {
+            let in_flight = requests.begin();
+            let extensions = request.extensions_mut();
+            extensions.insert(ConnectInfo(remote));
+            if let Some(peer) = &peer {
+                extensions.insert(peer.clone());
+            }
+            let response = app.clone().oneshot(request);
+            async move {
+                let response = response.await?;
+                Ok::<_, std::convert::Infallible>(
+                    response.map(|body| TrackedBody::wrap(body, in_flight)),
+                )
+            }
+        });
+        let connection = self.builder.serve_connection_with_upgrades(
+            TokioIo::new(tls_stream),
+            TowerToHyperService::new(service),
+        );
+        tokio::pin!(connection);
+        let check_every = (self
+            .limits
+            .first_request_timeout
+            .min(self.limits.idle_timeout)
+            / 4)
+        .max(Duration::from_millis(10));
+        let mut ticker = tokio::time::interval(check_every);
+        let mut closing: Option<tokio::time::Instant> = None;
+        let result = loop {
+            tokio::select! {
+                result = connection.as_mut() => break result,
+                () = self.shutdown.cancelled(), if closing.is_none() => {
+                    connection.as_mut().graceful_shutdown();
+                    closing = Some(tokio::time::Instant::now() + SHUTDOWN_GRACE);
+                }
+                _ = ticker.tick() => {
+                    if let Some(deadline) = closing {
+                        if tokio::time::Instant::now() >= deadline {
+                            tracing::debug!(%remote, "connection did not close in time; dropped");
+                            return;
+                        }
+                        continue;
+                    }
+                    match activity.idleness() {
+                        Idleness::NeverUsed(since) if since >= self.limits.first_request_timeout => {
+                            tracing::debug!(%remote, "no request after the TLS handshake; closed");
+                            return;
+                        }
+                        Idleness::Idle(since) if since >= self.limits.idle_timeout => {
+                            connection.as_mut().graceful_shutdown();
+                            closing = Some(tokio::time::Instant::now() + CLOSE_GRACE);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        };
+        if let Err(e) = result {
+            tracing::debug!(%remote, error = %e, "connection closed with error");
         }
-        app.clone().oneshot(request)
-    });
-    let connection = builder.serve_connection_with_upgrades(
-        TokioIo::new(tls_stream),
-        TowerToHyperService::new(service),
-    );
-    tokio::pin!(connection);
-    let result = tokio::select! {
-        result = connection.as_mut() => result,
-        () = shutdown.cancelled() => {
-            connection.as_mut().graceful_shutdown();
-            connection.await
-        }
-    };
-    if let Err(e) = result {
-        tracing::debug!(%remote, error = %e, "connection closed with error");
     }
 }
 
@@ -251,6 +340,7 @@ mod tests {
             pki.server_config().unwrap(),
             app,
             shutdown.clone(),
+            Limits::default(),
         ));
 
         // Admin certificate: the handler sees its CN and the peer address.

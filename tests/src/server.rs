@@ -24,9 +24,28 @@ impl RudderServer {
     /// `storage_url`, and waits until it has written its admin kubeconfig and `/readyz`
     /// answers `ok`. Panics, with the server's log, if it exits or never becomes ready.
     pub fn start(binary: &str, storage_url: &str) -> RudderServer {
+        Self::start_command(Command::new(binary), storage_url)
+    }
+
+    /// As [`RudderServer::start`], with the process's soft open-file limit lowered to
+    /// `soft_limit` first (as a default `ulimit -n 1024` would leave it).
+    pub fn start_with_open_file_limit(
+        binary: &str,
+        storage_url: &str,
+        soft_limit: u64,
+    ) -> RudderServer {
+        let mut command = Command::new("sh");
+        command
+            .arg("-c")
+            .arg(format!("ulimit -Sn {soft_limit} && exec \"$0\" \"$@\""))
+            .arg(binary);
+        Self::start_command(command, storage_url)
+    }
+
+    fn start_command(mut command: Command, storage_url: &str) -> RudderServer {
         let dir = tempfile::tempdir().expect("temporary data dir");
         let log = std::fs::File::create(dir.path().join("server.log")).expect("server log file");
-        let child = Command::new(binary)
+        let child = command
             .arg("server")
             .arg("--data-dir")
             .arg(dir.path().join("data"))
@@ -36,7 +55,7 @@ impl RudderServer {
             .stdout(log.try_clone().expect("server log file"))
             .stderr(log)
             .spawn()
-            .unwrap_or_else(|error| panic!("cannot run {binary}: {error}"));
+            .unwrap_or_else(|error| panic!("cannot run {command:?}: {error}"));
         let kubeconfig = dir.path().join("data").join("kubeconfig.yaml");
         let mut server = RudderServer {
             child,
@@ -72,6 +91,16 @@ impl RudderServer {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// The server's data dir.
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// The process id of the server.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// The admin kubeconfig the server wrote.

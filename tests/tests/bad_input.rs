@@ -11,7 +11,25 @@ use kube::Client;
 use rudder_apiserver::server::{self, Config, Running};
 use serde_json::Value;
 
+#[path = "bad_input/connections.rs"]
+mod connections;
+#[path = "bad_input/limits.rs"]
+mod limits;
+#[path = "bad_input/verbs.rs"]
+mod verbs;
+
 async fn start() -> (
+    Running,
+    tempfile::TempDir,
+    Box<dyn rudder_storage::testing::Harness>,
+) {
+    start_with(|_| {}).await
+}
+
+/// As `start`, with the configuration adjusted first (limits, a token file…).
+async fn start_with(
+    adjust: impl FnOnce(&mut Config),
+) -> (
     Running,
     tempfile::TempDir,
     Box<dyn rudder_storage::testing::Harness>,
@@ -20,7 +38,47 @@ async fn start() -> (
     let dir = tempfile::tempdir().unwrap();
     let mut config = Config::new(harness.url(), dir.path());
     config.listen = "127.0.0.1:0".parse().unwrap();
+    adjust(&mut config);
     (server::start(config).await.unwrap(), dir, harness)
+}
+
+/// A client of `running` with no credentials, or with a bearer token.
+fn client_with_token(running: &Running, token: Option<&str>) -> Client {
+    let mut config = kube::Config::new(format!("https://{}", running.addr).parse().unwrap());
+    config.root_cert = Some(vec![pem_to_der(&running.pki.ca_cert_pem)]);
+    config.auth_info.token = token.map(|token| token.to_string().into());
+    Client::try_from(config).unwrap()
+}
+
+/// Sends a request with extra headers; returns (HTTP status, headers, body as JSON).
+async fn send_with_headers(
+    client: &Client,
+    method: Method,
+    uri: &str,
+    content_type: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> (u16, http::HeaderMap, Value) {
+    let mut request = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("content-type", content_type);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = client
+        .send(request.body(body).unwrap().map(kube::client::Body::from))
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let bytes = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    let body = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    (status, headers, body)
 }
 
 async fn client(running: &Running) -> Client {
@@ -58,6 +116,13 @@ async fn send(
         status,
         serde_json::from_slice(&bytes).unwrap_or(Value::Null),
     )
+}
+
+/// Sends a bodiless request and checks its status code; returns the body.
+async fn expect(client: &Client, method: Method, uri: &str, code: u16) -> Value {
+    let (got, body) = send(client, method.clone(), uri, "application/json", Vec::new()).await;
+    assert_eq!(got, code, "{method} {uri}: {body}");
+    body
 }
 
 fn assert_status(case: &str, (code, body): &(u16, Value), expected_code: u16, reason: &str) {

@@ -3,7 +3,8 @@
 //! resources.
 //!
 //! ```text
-//! request → span + metrics → authenticate (401) → route
+//! request → span + metrics → authenticate (401; Impersonate-* 403)
+//!         → in-flight budget (429) + request timeout (504), watches exempt → route
 //!   /version /healthz /livez /readyz /metrics        (health may be read anonymously)
 //!   /api, /apis, /api/v1, /apis/<g>/<v>              discovery (legacy or aggregated)
 //!   /api/v1/…/<resource>[/<name>[/<subresource>]]    authorize (403) → resources
@@ -11,10 +12,12 @@
 
 mod discovery;
 mod health;
+mod inflight;
 pub mod metrics;
 mod openapi;
 mod resources;
 mod respond;
+mod warnings;
 mod watch;
 
 use std::net::SocketAddr;
@@ -22,7 +25,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{ConnectInfo, MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
@@ -46,6 +49,8 @@ pub struct AppState {
     pub health: Arc<health::Health>,
     /// `host:port` clients reach this server at (for `/api`'s serverAddressByClientCIDRs).
     pub advertise: String,
+    /// The in-flight budgets and the request timeout.
+    pub request_limits: Arc<inflight::RequestLimits>,
 }
 
 impl AppState {
@@ -54,6 +59,7 @@ impl AppState {
         authenticator: Authenticator,
         authorizer: Arc<dyn Authorizer>,
         advertise: String,
+        limits: &crate::limits::Limits,
     ) -> Self {
         let health = Arc::new(health::Health::new(registry.storage().clone()));
         Self {
@@ -63,6 +69,7 @@ impl AppState {
             metrics: Arc::new(Metrics::new()),
             health,
             advertise,
+            request_limits: Arc::new(inflight::RequestLimits::new(limits)),
         }
     }
 
@@ -94,6 +101,10 @@ pub fn router(state: AppState) -> Router {
         .route("/apis", axum::routing::any(resources::handle))
         .route("/apis/{*rest}", axum::routing::any(resources::handle))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            inflight::limit,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             authenticate,
@@ -135,6 +146,13 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
     match user {
         Ok(Some(user)) => {
             tracing::Span::current().record("user", user.name.as_str());
+            if let Some(header) = impersonation_header(request.headers()) {
+                return ApiError::forbidden(format!(
+                    "impersonation is not supported by this server: the request carries the \"{header}\" header; it is refused rather than run as {:?}",
+                    user.name
+                ))
+                .into_response();
+            }
             request.extensions_mut().insert(Caller(user));
             next.run(request).await
         }
@@ -154,6 +172,31 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
     }
 }
 
+/// The first `Impersonate-*` header of a request (`kubectl --as` sends them).
+fn impersonation_header(headers: &http::HeaderMap) -> Option<String> {
+    headers
+        .keys()
+        .map(http::HeaderName::as_str)
+        .find(|name| name.starts_with("impersonate-"))
+        .map(str::to_string)
+}
+
+/// The verb label of a request that named no resource: its method when it is one of
+/// HTTP's, else `other` (a client may send any token as a method).
+fn method_label(method: &http::Method) -> &'static str {
+    match *method {
+        http::Method::GET => "GET",
+        http::Method::HEAD => "HEAD",
+        http::Method::POST => "POST",
+        http::Method::PUT => "PUT",
+        http::Method::PATCH => "PATCH",
+        http::Method::DELETE => "DELETE",
+        http::Method::OPTIONS => "OPTIONS",
+        http::Method::CONNECT => "CONNECT",
+        _ => "other",
+    }
+}
+
 /// What a handler reports about the request, for the span and the metrics.
 #[derive(Clone, Debug, Default)]
 pub struct RequestLabels {
@@ -170,6 +213,12 @@ async fn observe(State(state): State<AppState>, request: Request, next: Next) ->
     let started = Instant::now();
     let method = request.method().clone();
     let path = request.uri().path().to_string();
+    // Labels come from the route that matched (a fixed set) or a fixed `other`, never from
+    // the raw path: every distinct path of a 404 or 401 would otherwise be a new series.
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|matched| matched.as_str().to_string());
     let remote = request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
@@ -196,8 +245,8 @@ async fn observe(State(state): State<AppState>, request: Request, next: Next) ->
         .get::<RequestLabels>()
         .cloned()
         .unwrap_or_else(|| RequestLabels {
-            verb: method.to_string(),
-            subresource: path.clone(),
+            verb: method_label(&method).to_string(),
+            subresource: route.unwrap_or_else(|| "other".to_string()),
             ..RequestLabels::default()
         });
     state.metrics.observe(&labels, status, elapsed);

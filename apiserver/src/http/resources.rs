@@ -93,7 +93,63 @@ fn labels_of(info: &RequestInfo, query: &Query) -> RequestLabels {
     }
 }
 
-fn authorize(state: &AppState, caller: &crate::authn::UserInfo, info: &RequestInfo) -> Result<()> {
+/// Whether the resource (or its subresource, with its own verbs) serves the verb. As upstream,
+/// a collection of a namespaced resource is deleted only within one namespace.
+fn verb_served(info: &RequestInfo) -> bool {
+    let verb = info.verb.as_str();
+    let served = match info.subresource.as_deref() {
+        Some(name) => info
+            .resource
+            .subresource(name)
+            .is_some_and(|sub| sub.verbs.contains(&verb)),
+        None => info.resource.allows(verb),
+    };
+    let cluster_wide_deletion =
+        info.verb == Verb::DeleteCollection && info.resource.namespaced && info.namespace.is_none();
+    served && !cluster_wide_deletion
+}
+
+/// The object a list or watch is about: the name in its path, or the one an exact
+/// `metadata.name=` field selector picks (as upstream's RequestInfo derives it).
+fn named_in_selector(query: &Query) -> Option<String> {
+    let selector = query.get("fieldSelector")?;
+    let parsed = crate::selectors::FieldSelector::parse(selector).ok()?;
+    let name = parsed.exact("metadata.name")?;
+    (!name.is_empty() && !name.contains('/') && name != "." && name != "..")
+        .then(|| name.to_string())
+}
+
+/// A watch of one named object watches only that object: its name becomes a
+/// `metadata.name` field selector, which may not name another object.
+fn scope_watch_to_name(info: &RequestInfo, options: &mut ListOptions) -> Result<()> {
+    let Some(name) = &info.name else {
+        return Ok(());
+    };
+    if options.field_selector.trim().is_empty() {
+        options.field_selector = format!("metadata.name={name}");
+        return Ok(());
+    }
+    let parsed = crate::selectors::FieldSelector::parse(&options.field_selector)
+        .map_err(|error| ApiError::bad_request(error.to_string()))?;
+    if parsed.exact("metadata.name") != Some(name.as_str()) {
+        return Err(ApiError::bad_request(
+            "fieldSelector metadata.name doesn't match requested name",
+        ));
+    }
+    Ok(())
+}
+
+fn authorize(
+    state: &AppState,
+    caller: &crate::authn::UserInfo,
+    info: &RequestInfo,
+    query: &Query,
+) -> Result<()> {
+    let name = match (&info.name, info.verb) {
+        (Some(name), _) => name.clone(),
+        (None, Verb::List | Verb::Watch) => named_in_selector(query).unwrap_or_default(),
+        (None, _) => String::new(),
+    };
     let attributes = authz::Attributes {
         user: caller.name.clone(),
         groups: caller.groups.clone(),
@@ -104,7 +160,7 @@ fn authorize(state: &AppState, caller: &crate::authn::UserInfo, info: &RequestIn
         resource: info.resource.plural.to_string(),
         subresource: info.subresource.clone().unwrap_or_default(),
         namespace: info.namespace.clone().unwrap_or_default(),
-        name: info.name.clone().unwrap_or_default(),
+        name,
         path: String::new(),
     };
     match state.authorizer.authorize(&attributes) {
@@ -139,13 +195,27 @@ async fn read_body(body: Body) -> Result<bytes::Bytes> {
         })
 }
 
-fn decode_input(headers: &HeaderMap, bytes: &[u8]) -> Result<registry::Input> {
+async fn decode_input(headers: &HeaderMap, bytes: bytes::Bytes) -> Result<registry::Input> {
     let format = codec::body_format(header(headers, http::header::CONTENT_TYPE))?;
-    let decoded = codec::decode(format, bytes)?;
+    let decoded = off_the_reactor(bytes, move |bytes| codec::decode(format, bytes)).await?;
     Ok(registry::Input {
         object: decoded.value,
         duplicate_fields: decoded.duplicate_fields,
     })
+}
+
+/// Runs a decode of `bytes` inline when the body is small, and on a blocking thread when it is
+/// large enough to hold an async worker for long.
+async fn off_the_reactor<T: Send + 'static>(
+    bytes: bytes::Bytes,
+    decode: impl FnOnce(&[u8]) -> Result<T> + Send + 'static,
+) -> Result<T> {
+    if bytes.len() < crate::limits::BLOCKING_DECODE_BYTES {
+        return decode(&bytes);
+    }
+    tokio::task::spawn_blocking(move || decode(&bytes))
+        .await
+        .map_err(|error| ApiError::internal(format!("decoding the request body: {error}")))?
 }
 
 /// Upstream's default field manager: the user agent up to its first `/`.
@@ -186,12 +256,12 @@ async fn resource(
     body: Body,
 ) -> Result<Response> {
     let resource = info.resource;
-    if !resource.allows(info.verb.as_str()) {
+    if !verb_served(info) {
         return Err(ApiError::method_not_allowed(
             "the server does not allow this method on the requested resource",
         ));
     }
-    authorize(state, caller, info)?;
+    authorize(state, caller, info, query)?;
     let output = codec::negotiate(header(headers, http::header::ACCEPT))?;
     let include = IncludeObject::parse(query.get("includeObject"))?;
     let namespace = info.namespace.as_deref();
@@ -222,14 +292,15 @@ async fn resource(
             Ok(respond::list(resource, output, include, &result))
         }
         Verb::Watch => {
-            let options = ListOptions::from_query(query)?;
+            let mut options = ListOptions::from_query(query)?;
+            scope_watch_to_name(info, &mut options)?;
             super::watch::serve(registry, resource, namespace, &options, output, include).await
         }
         Verb::Create => {
             let options = WriteOptions::from_query(query)?;
             let write = write_of(caller, &options, headers);
             let bytes = read_body(body).await?;
-            let input = decode_input(headers, &bytes)?;
+            let input = decode_input(headers, bytes).await?;
             if resource.plural == "selfsubjectaccessreviews" {
                 let answer = authz::review_self(
                     state.authorizer.as_ref(),
@@ -283,7 +354,7 @@ async fn resource(
             let write = write_of(caller, &options, headers);
             let name = info.name.as_deref().unwrap_or("");
             let bytes = read_body(body).await?;
-            let input = decode_input(headers, &bytes)?;
+            let input = decode_input(headers, bytes).await?;
             if sub == Some("scale") {
                 let scale = input.object;
                 let answer = registry
@@ -323,7 +394,7 @@ async fn resource(
             codec::check_size(&bytes)?;
             let kind =
                 patch::PatchKind::from_content_type(header(headers, http::header::CONTENT_TYPE))?;
-            let document = patch::parse(kind, &bytes)?;
+            let document = off_the_reactor(bytes, move |bytes| patch::parse(kind, bytes)).await?;
             if sub == Some("scale") {
                 let answer = registry
                     .update_scale(resource, namespace, name, &write, |current| {
@@ -482,4 +553,60 @@ fn delete_options(
         .as_array()
         .is_some_and(|values| values.iter().any(|value| value == "All"));
     Ok((options, dry_run))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(method: &str, path: &str, query: &str) -> RequestInfo {
+        let method = http::Method::from_bytes(method.as_bytes()).expect("method");
+        match request::parse_path(&method, path, &Query::parse(Some(query))).expect("parses") {
+            ApiPath::Resource(info) => info,
+            other => panic!("not a resource: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn subresources_have_their_own_verb_tables() {
+        let pods = "/api/v1/namespaces/d/pods/p";
+        let deployments = "/apis/apps/v1/namespaces/d/deployments/w";
+        for (method, path, served) in [
+            ("GET", format!("{pods}/status"), true),
+            ("PATCH", format!("{pods}/status"), true),
+            ("DELETE", format!("{pods}/status"), false),
+            ("POST", format!("{pods}/binding"), true),
+            ("GET", format!("{pods}/binding"), false),
+            ("PATCH", format!("{pods}/binding"), false),
+            ("PUT", format!("{deployments}/scale"), true),
+            ("DELETE", format!("{deployments}/scale"), false),
+            ("PUT", "/api/v1/namespaces/n/finalize".to_string(), true),
+            ("PATCH", "/api/v1/namespaces/n/finalize".to_string(), false),
+            ("DELETE", "/api/v1/secrets".to_string(), false),
+            ("DELETE", "/api/v1/namespaces/d/secrets".to_string(), true),
+            ("DELETE", "/api/v1/namespaces".to_string(), false),
+            ("DELETE", "/api/v1/nodes".to_string(), true),
+        ] {
+            assert_eq!(
+                verb_served(&info(method, &path, "")),
+                served,
+                "{method} {path}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_name_selector_names_the_object_for_authorization() {
+        let named = |query: &str| named_in_selector(&Query::parse(Some(query)));
+        assert_eq!(
+            named("fieldSelector=metadata.name%3Done").as_deref(),
+            Some("one")
+        );
+        assert_eq!(
+            named("fieldSelector=metadata.namespace%3Dd,metadata.name%3D%3Done").as_deref(),
+            Some("one")
+        );
+        assert_eq!(named("fieldSelector=metadata.name!%3Done"), None);
+        assert_eq!(named("labelSelector=a%3Db"), None);
+    }
 }

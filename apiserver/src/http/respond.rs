@@ -107,9 +107,9 @@ pub fn encoded(status: StatusCode, format: Format, body: &Value, warnings: &[Str
     }
 }
 
-/// Adds `Warning: 299 - "…"` headers.
+/// Adds `Warning: 299 - "…"` headers (deduplicated and capped, see `warnings`).
 pub fn add_warnings(response: &mut Response, warnings: &[String]) {
-    for warning in warnings {
+    for warning in &super::warnings::capped(warnings) {
         let escaped = warning.replace('\\', "\\\\").replace('"', "\\\"");
         if let Ok(value) = HeaderValue::from_str(&format!("299 - \"{escaped}\"")) {
             response.headers_mut().append(http::header::WARNING, value);

@@ -11,7 +11,6 @@ use futures::StreamExt;
 use http::StatusCode;
 use rand::Rng;
 use serde_json::json;
-use tokio_stream::wrappers::ReceiverStream;
 
 use super::respond::{self, IncludeObject};
 use crate::catalog::ResourceInfo;
@@ -39,17 +38,21 @@ pub async fn serve(
             "watch is served as JSON (application/json); protobuf watch streams are not supported",
         ));
     }
-    let events = registry.watch(info, namespace, options).await?;
     let timeout = match options.timeout_seconds {
-        Some(seconds) if seconds > 0 => Duration::from_secs(seconds as u64),
+        Some(seconds) if seconds > 0 => Duration::from_secs(seconds.unsigned_abs()),
         _ => {
             DEFAULT_TIMEOUT
                 + Duration::from_secs(rand::rng().random_range(0..DEFAULT_TIMEOUT.as_secs()))
         }
     };
+    // The watcher itself ends at the deadline, read or not; the stream ends with it.
+    let deadline = tokio::time::Instant::now()
+        .checked_add(timeout)
+        .unwrap_or_else(|| tokio::time::Instant::now() + DEFAULT_TIMEOUT * 2);
+    let events = registry.watch(info, namespace, options, deadline).await?;
     let mut first_table = true;
-    let stream = ReceiverStream::new(events)
-        .take_until(tokio::time::sleep(timeout))
+    let stream = events
+        .take_until(tokio::time::sleep_until(deadline))
         .map(move |event| {
             let object = match (output, event.kind) {
                 (_, WatchEventKind::Error | WatchEventKind::Bookmark) => event.object,

@@ -4,6 +4,7 @@
 //! write to it; otherwise a lost race is retried against the new latest state.
 
 pub mod apply;
+pub mod json;
 pub mod strategic;
 
 use serde_json::Value;
@@ -59,9 +60,12 @@ pub enum Document {
 /// Parses a patch body.
 pub fn parse(kind: PatchKind, bytes: &[u8]) -> Result<Document> {
     match kind {
-        PatchKind::Json => serde_json::from_slice::<json_patch::Patch>(bytes)
-            .map(Document::Json)
-            .map_err(|error| ApiError::bad_request(format!("error decoding patch: {error}"))),
+        PatchKind::Json => {
+            let patch = serde_json::from_slice::<json_patch::Patch>(bytes)
+                .map_err(|error| ApiError::bad_request(format!("error decoding patch: {error}")))?;
+            json::check_operations(&patch).map_err(json_patch_failed)?;
+            Ok(Document::Json(patch))
+        }
         PatchKind::Merge | PatchKind::Strategic => {
             let value: Value = serde_json::from_slice(bytes)
                 .map_err(|error| ApiError::bad_request(format!("error decoding patch: {error}")))?;
@@ -73,7 +77,7 @@ pub fn parse(kind: PatchKind, bytes: &[u8]) -> Result<Document> {
             Ok(Document::Object(value))
         }
         PatchKind::Apply => {
-            let value: Value = yaml_serde::from_slice(bytes)
+            let value = crate::codec::yaml::decode_bounded(bytes)
                 .map_err(|error| ApiError::bad_request(format!("error decoding YAML: {error}")))?;
             if !value.is_object() {
                 return Err(ApiError::bad_request(
@@ -82,6 +86,25 @@ pub fn parse(kind: PatchKind, bytes: &[u8]) -> Result<Document> {
             }
             Ok(Document::Object(value))
         }
+    }
+}
+
+/// Runs a patch engine off the async reactor where the runtime allows it: on a
+/// multi-threaded runtime the worker hands its other tasks over first (`block_in_place`), so a
+/// merge of long lists does not stall every connection that worker serves.
+fn off_the_reactor<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(work)
+        }
+        _ => work(),
+    }
+}
+
+fn json_patch_failed(error: json::JsonPatchError) -> ApiError {
+    match error {
+        json::JsonPatchError::TooManyOperations(_) => ApiError::too_large(error.to_string()),
+        other => patch_failed(format!("the patch could not be applied: {other}")),
     }
 }
 
@@ -109,9 +132,7 @@ pub fn apply(
     let mut target = current.clone();
     match (kind, document) {
         (PatchKind::Json, Document::Json(patch)) => {
-            json_patch::patch(&mut target, patch).map_err(|error| {
-                patch_failed(format!("the patch could not be applied: {error}"))
-            })?;
+            json::apply(&mut target, patch).map_err(json_patch_failed)?;
             Ok(target)
         }
         (PatchKind::Merge, Document::Object(patch)) => {
@@ -178,17 +199,19 @@ async fn server_side_apply(
         .update_with(info, namespace, name, subresource, &write, |current| {
             let mut base = current.clone();
             object::remove_meta(&mut base, "resourceVersion");
-            let merged = apply::apply(
-                info.group,
-                info.kind,
-                &api_version,
-                Some(&base),
-                applied,
-                &manager,
-                force,
-                subresource,
-                &object::now(),
-            )
+            let merged = off_the_reactor(|| {
+                apply::apply(
+                    info.group,
+                    info.kind,
+                    &api_version,
+                    Some(&base),
+                    applied,
+                    &manager,
+                    force,
+                    subresource,
+                    &object::now(),
+                )
+            })
             .map_err(apply_failed)?;
             let (canonical, found) =
                 registry.canonicalize(info, &merged, write.field_validation)?;
@@ -270,7 +293,8 @@ pub async fn patch(
             if kind != PatchKind::Json {
                 object::remove_meta(&mut base, "resourceVersion");
             }
-            let mut patched = apply(kind, info.group, info.kind, &base, document)?;
+            let mut patched =
+                off_the_reactor(|| apply(kind, info.group, info.kind, &base, document))?;
             if kind == PatchKind::Json
                 && object::meta_str(&patched, "resourceVersion")
                     == object::meta_str(current, "resourceVersion")

@@ -187,9 +187,10 @@ impl Registry {
             }
         }
         let limit = options.limit;
+        // One row past the page tells whether there is more (`limit` may be i64::MAX).
         let batch = match (limit, filter.is_empty()) {
-            (Some(limit), true) => limit + 1,
-            (Some(limit), false) => (limit + 1).max(FILTERED_BATCH),
+            (Some(limit), true) => limit.saturating_add(1),
+            (Some(limit), false) => limit.saturating_add(1).max(FILTERED_BATCH),
             (None, _) => 0,
         };
         let mut items = Vec::new();

@@ -15,6 +15,7 @@ mod keys;
 mod list;
 mod namespaces;
 pub mod object;
+mod storable;
 mod store;
 mod strategy;
 mod subresources;
@@ -29,7 +30,7 @@ pub fn allocator_cidr(text: &str) -> Result<Cidr, String> {
 pub use list::{decode_continue, ListResult};
 pub use namespaces::{bootstrap, StoredNamespaces};
 pub use store::{DeleteOptions, DeleteResult, Input, Preconditions};
-pub use watch::{WatchEvent, WatchEventKind};
+pub use watch::{WatchEvent, WatchEventKind, WatchEvents};
 
 use std::sync::Arc;
 

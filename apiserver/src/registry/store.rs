@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::keys::{collection_prefix, object_key};
 use super::object::{self, metadata_mut};
-use super::{strategy, Caller, Registry, Write, Written};
+use super::{storable, strategy, Caller, Registry, Write, Written};
 use crate::catalog::ResourceInfo;
 use crate::codec;
 use crate::error::{ApiError, Result};
@@ -131,6 +131,17 @@ impl Registry {
                     &object::now(),
                 );
             }
+            let name = object::name(&object).to_string();
+            let key = object_key(info, namespace, &name);
+            let checked = storable::check_key(info, &key, &name)
+                .and_then(|()| storable::encode(info, &key, &object));
+            let value = match checked {
+                Ok(value) => value,
+                Err(error) => {
+                    self.allocators.release_all(allocated).await;
+                    return Err(error);
+                }
+            };
             if write.dry_run {
                 return Ok(Written {
                     object,
@@ -138,9 +149,6 @@ impl Registry {
                     warnings,
                 });
             }
-            let name = object::name(&object).to_string();
-            let key = object_key(info, namespace, &name);
-            let value = encode(&object)?;
             match self.storage.create(&key, &value, 0).await {
                 Ok(CreateOutcome::Created { revision }) => {
                     return Ok(Written {
@@ -253,6 +261,8 @@ impl Registry {
                     &object::now(),
                 );
             }
+            let key = object_key(info, namespace, name);
+            let value = storable::encode(info, &key, &object)?;
             if write.dry_run {
                 return Ok(Written {
                     object: object::with_resource_version(object, revision),
@@ -260,7 +270,6 @@ impl Registry {
                     warnings: Vec::new(),
                 });
             }
-            let key = object_key(info, namespace, name);
             if object::is_deleting(&object) && !holds_deletion(info, &object) {
                 // The last finalizer is gone: the pending deletion completes now.
                 match self.storage.delete(&key, Some(revision)).await? {
@@ -279,11 +288,7 @@ impl Registry {
                     DeleteOutcome::Conflict { .. } => continue,
                 }
             }
-            match self
-                .storage
-                .update(&key, &encode(&object)?, revision, 0)
-                .await?
-            {
+            match self.storage.update(&key, &value, revision, 0).await? {
                 UpdateOutcome::Updated { revision } => {
                     return Ok(Written {
                         object: object::with_resource_version(object, revision),
@@ -348,7 +353,7 @@ impl Registry {
                 }
                 match self
                     .storage
-                    .update(&key, &encode(&marked)?, revision, 0)
+                    .update(&key, &storable::encode(info, &key, &marked)?, revision, 0)
                     .await?
                 {
                     UpdateOutcome::Updated { revision } => {
@@ -490,11 +495,6 @@ fn holds_deletion(info: &ResourceInfo, object: &Value) -> bool {
             && object["spec"]["finalizers"]
                 .as_array()
                 .is_some_and(|f| !f.is_empty()))
-}
-
-fn encode(object: &Value) -> Result<Vec<u8>> {
-    object::to_stored(object)
-        .map_err(|error| ApiError::internal(format!("encoding object: {error}")))
 }
 
 /// Checks a body against the URL: kind and apiVersion, namespace, name.

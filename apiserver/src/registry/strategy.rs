@@ -147,6 +147,11 @@ pub(super) fn prepare_for_update(
     if info.group.is_empty() && info.kind == "Service" {
         keep_allocated(new, old);
     }
+    if info.group.is_empty() && info.kind == "Namespace" && subresource != Some("finalize") {
+        // As upstream: `spec.finalizers` changes only through `namespaces/{name}/finalize`,
+        // or a namespace could be deleted with its content left behind in storage.
+        keep_namespace_finalizers(new, old);
+    }
     let old_meta = old.get("metadata").cloned().unwrap_or(Value::Null);
     let metadata = metadata_mut(new);
     for field in [
@@ -165,6 +170,26 @@ pub(super) fn prepare_for_update(
     if uses_generation(info) && object::spec_part(new) != object::spec_part(old) {
         let generation = old_meta["generation"].as_i64().unwrap_or(0) + 1;
         metadata_mut(new).insert("generation".into(), generation.into());
+    }
+}
+
+/// Puts the stored namespace's `spec.finalizers` back on an update through the main resource.
+fn keep_namespace_finalizers(new: &mut Value, old: &Value) {
+    let kept = old
+        .get("spec")
+        .and_then(|spec| spec.get("finalizers"))
+        .cloned();
+    if !new.get("spec").is_some_and(Value::is_object) {
+        if kept.is_none() {
+            return;
+        }
+        new["spec"] = json!({});
+    }
+    if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
+        match kept {
+            Some(finalizers) => spec.insert("finalizers".into(), finalizers),
+            None => spec.remove("finalizers"),
+        };
     }
 }
 
@@ -271,6 +296,22 @@ mod tests {
         scaled["spec"]["replicas"] = json!(3);
         prepare_for_update(deployments, None, &mut scaled, &old);
         assert_eq!(scaled["metadata"]["generation"], 2);
+    }
+
+    #[test]
+    fn namespace_finalizers_change_only_through_finalize() {
+        let namespaces = catalog::find("", "v1", "namespaces").expect("namespaces");
+        let old = json!({"metadata": {"name": "n"}, "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}});
+        let mut emptied = json!({"metadata": {"name": "n"}, "spec": {"finalizers": []}});
+        prepare_for_update(namespaces, None, &mut emptied, &old);
+        assert_eq!(emptied["spec"]["finalizers"], json!(["kubernetes"]));
+        let mut dropped = json!({"metadata": {"name": "n"}});
+        prepare_for_update(namespaces, None, &mut dropped, &old);
+        assert_eq!(dropped["spec"]["finalizers"], json!(["kubernetes"]));
+        let mut finalized = json!({"metadata": {"name": "n"}, "spec": {"finalizers": []}, "status": {"phase": "Gone"}});
+        prepare_for_update(namespaces, Some("finalize"), &mut finalized, &old);
+        assert_eq!(finalized["spec"]["finalizers"], json!([]));
+        assert_eq!(finalized["status"]["phase"], "Active");
     }
 
     #[test]

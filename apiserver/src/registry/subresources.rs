@@ -150,6 +150,34 @@ impl Registry {
         binding: &Value,
         write: &Write,
     ) -> Result<()> {
+        match binding.get("kind").and_then(Value::as_str) {
+            None | Some("") | Some("Binding") => {}
+            Some(kind) => {
+                return Err(ApiError::bad_request(format!(
+                    "the kind in the data ({kind}) does not match the expected kind (Binding)"
+                )))
+            }
+        }
+        let binding_name = object::name(binding);
+        if !binding_name.is_empty() && binding_name != name {
+            return Err(ApiError::bad_request(
+                "name in URL does not match name in Binding object",
+            ));
+        }
+        if let Some(kind) = binding["target"]["kind"].as_str() {
+            if !kind.is_empty() && kind != "Node" {
+                return Err(ApiError::invalid(
+                    "Binding",
+                    "",
+                    name,
+                    vec![Cause {
+                        reason: "FieldValueNotSupported".into(),
+                        message: format!("Unsupported value: \"{kind}\": supported values: \"Node\", \"<empty>\""),
+                        field: "target.kind".into(),
+                    }],
+                ));
+            }
+        }
         let target = binding["target"]["name"].as_str().unwrap_or("").to_string();
         if target.is_empty() {
             return Err(ApiError::invalid(

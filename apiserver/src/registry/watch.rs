@@ -2,19 +2,26 @@
 //! starts or stops matching the selectors arrives as ADDED or DELETED; `resourceVersion`
 //! unset or `0` first replays the current state as ADDED events; a compacted start revision
 //! ends the watch with a 410 Expired ERROR event; bookmarks come from the hub's progress.
+//!
+//! A watcher holds at most about a megabyte for its client: the replay is read a page at a
+//! time as the client takes it, queued events count against a byte budget, and a client that
+//! stops reading for 30 s (or a watch past its deadline) ends the watcher whether or not the
+//! client reads again.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use rudder_storage::{EventKind, KeyRange, WatchRequest};
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use super::list::{list_prefix, Filter};
 use super::object;
 use super::Registry;
 use crate::catalog::ResourceInfo;
 use crate::error::{ApiError, Result};
+use crate::limits::encoded_len;
 use crate::request::ListOptions;
 
 /// How often a watch that allows bookmarks gets one.
@@ -69,18 +76,127 @@ fn bookmark(info: &ResourceInfo, revision: i64, initial_events_end: bool) -> Wat
     }
 }
 
+/// What one watcher may hold queued for its client, in encoded bytes (always room for one
+/// event, however large).
+const WATCHER_BUDGET_BYTES: usize = 1024 * 1024;
+/// How long a watcher waits for its client to take an event before it is ended: a client
+/// that does not read must not keep the watcher's copy of the collection alive.
+const STALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bytes of objects one page of a replay reads (the page size adapts to the objects' size).
+const REPLAY_PAGE_BYTES: usize = 1024 * 1024;
+/// The first replay page's size, before any object was measured: one object, which may be
+/// a megabyte.
+const FIRST_REPLAY_PAGE: i64 = 1;
+/// The most objects one replay page reads.
+const MAX_REPLAY_PAGE: i64 = 500;
+
+/// Events waiting for a client, each holding its share of the watcher's byte budget until
+/// the client takes it.
+pub struct WatchEvents {
+    receiver: mpsc::Receiver<Queued>,
+}
+
+struct Queued {
+    event: WatchEvent,
+    _budget: OwnedSemaphorePermit,
+}
+
+impl futures::Stream for WatchEvents {
+    type Item = WatchEvent;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<WatchEvent>> {
+        self.receiver
+            .poll_recv(cx)
+            .map(|queued| queued.map(|queued| queued.event))
+    }
+}
+
+/// Why a watcher stopped sending.
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    /// The client went away.
+    ClientGone,
+    /// The client stopped reading for [`STALL_TIMEOUT`].
+    Stalled,
+}
+
+/// The sending side: a small queue bounded by the byte budget.
+struct Outbox {
+    sender: mpsc::Sender<Queued>,
+    budget: Arc<Semaphore>,
+}
+
+impl Outbox {
+    fn new() -> (Self, WatchEvents) {
+        let (sender, receiver) = mpsc::channel(64);
+        let outbox = Self {
+            sender,
+            budget: Arc::new(Semaphore::new(WATCHER_BUDGET_BYTES)),
+        };
+        (outbox, WatchEvents { receiver })
+    }
+
+    /// Queues `event` of about `cost` encoded bytes, waiting at most [`STALL_TIMEOUT`].
+    async fn send(&self, event: WatchEvent, cost: usize) -> Result<(), Ended> {
+        if self.sender.is_closed() {
+            return Err(Ended::ClientGone);
+        }
+        let permits = u32::try_from(cost.clamp(1, WATCHER_BUDGET_BYTES)).unwrap_or(u32::MAX);
+        let budget = self.budget.clone().acquire_many_owned(permits);
+        let held = match tokio::time::timeout(STALL_TIMEOUT, budget).await {
+            Ok(Ok(held)) => held,
+            Ok(Err(_)) => return Err(Ended::ClientGone),
+            Err(_) => return Err(Ended::Stalled),
+        };
+        let queued = Queued {
+            event,
+            _budget: held,
+        };
+        match tokio::time::timeout(STALL_TIMEOUT, self.sender.send(queued)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(Ended::ClientGone),
+            Err(_) => Err(Ended::Stalled),
+        }
+    }
+
+    /// Sends an event whose size is not known yet.
+    async fn send_measured(&self, event: WatchEvent) -> Result<(), Ended> {
+        let cost = encoded_len(&event.object);
+        self.send(event, cost).await
+    }
+}
+
+/// The next replay page's size: about [`REPLAY_PAGE_BYTES`] of objects as large as the last
+/// page's.
+fn next_page_size(items: &[Value]) -> i64 {
+    if items.is_empty() {
+        return FIRST_REPLAY_PAGE;
+    }
+    let bytes: usize = items.iter().map(encoded_len).sum();
+    let average = (bytes / items.len()).max(1);
+    i64::try_from(REPLAY_PAGE_BYTES / average)
+        .unwrap_or(MAX_REPLAY_PAGE)
+        .clamp(1, MAX_REPLAY_PAGE)
+}
+
 impl Registry {
-    /// Starts a watch; events arrive on the returned channel until the client goes away, the
-    /// store fails, or the watch is closed for being too slow.
+    /// Starts a watch; events arrive until the client goes away or stops reading, `deadline`
+    /// passes, the store fails, or the watch is closed for falling behind. What the watcher
+    /// holds for its client is bounded by [`WATCHER_BUDGET_BYTES`], and a replay of the
+    /// current state is read page by page as the client takes it.
     pub async fn watch(
         &self,
         info: &'static ResourceInfo,
         namespace: Option<&str>,
         options: &ListOptions,
-    ) -> Result<mpsc::Receiver<WatchEvent>> {
+        deadline: tokio::time::Instant,
+    ) -> Result<WatchEvents> {
         let filter = Filter::new(info, options)?;
         let prefix = list_prefix(info, namespace, &filter);
-        let (sender, receiver) = mpsc::channel(256);
+        let (outbox, events) = Outbox::new();
         let replay = options
             .resource_version
             .as_deref()
@@ -94,15 +210,15 @@ impl Registry {
                 ))
             })?,
         };
-        let mut initial = Vec::new();
+        let mut page_options = options.clone();
+        page_options.limit = Some(FIRST_REPLAY_PAGE);
+        page_options.continue_token = None;
+        page_options.resource_version = None;
+        let mut first_page = None;
         if replay {
-            let mut list_options = options.clone();
-            list_options.limit = None;
-            list_options.continue_token = None;
-            list_options.resource_version = None;
-            let listed = self.list(info, namespace, &list_options).await?;
-            start_revision = listed.resource_version;
-            initial = listed.items;
+            let page = self.list(info, namespace, &page_options).await?;
+            start_revision = page.resource_version;
+            first_page = Some(page);
         }
         let request = WatchRequest::new(KeyRange::prefix(prefix))
             .from_revision(start_revision + 1)
@@ -110,82 +226,101 @@ impl Registry {
         let stream = self.storage.watch(request).await;
         let allow_bookmarks = options.allow_bookmarks;
         let initial_events_end = options.send_initial_events && allow_bookmarks;
+        let registry = self.clone();
+        let namespace = namespace.map(str::to_string);
         tokio::spawn(async move {
-            let mut stream = match stream {
-                Ok(stream) => stream,
-                Err(rudder_storage::Error::Compacted { compacted, .. }) => {
-                    let error = ApiError::expired(format!(
-                        "too old resource version: {start_revision} ({compacted})"
-                    ));
-                    let _ = sender.send(WatchEvent::error(&error)).await;
-                    return;
-                }
-                Err(error) => {
-                    let _ = sender.send(WatchEvent::error(&ApiError::from(error))).await;
-                    return;
-                }
-            };
-            for object in initial {
-                let event = WatchEvent {
-                    kind: WatchEventKind::Added,
-                    object,
+            let run = async {
+                let mut stream = match stream {
+                    Ok(stream) => stream,
+                    Err(rudder_storage::Error::Compacted { compacted, .. }) => {
+                        let error = ApiError::expired(format!(
+                            "too old resource version: {start_revision} ({compacted})"
+                        ));
+                        return outbox.send_measured(WatchEvent::error(&error)).await;
+                    }
+                    Err(error) => {
+                        return outbox
+                            .send_measured(WatchEvent::error(&ApiError::from(error)))
+                            .await
+                    }
                 };
-                if sender.send(event).await.is_err() {
-                    return;
-                }
-            }
-            if initial_events_end
-                && sender
-                    .send(bookmark(info, start_revision, true))
-                    .await
-                    .is_err()
-            {
-                return;
-            }
-            let mut last_revision = start_revision;
-            let mut ticker = tokio::time::interval(BOOKMARK_INTERVAL);
-            ticker.tick().await;
-            loop {
-                tokio::select! {
-                    _ = sender.closed() => return,
-                    _ = ticker.tick(), if allow_bookmarks => stream.request_progress(),
-                    batch = stream.next() => {
-                        let batch = match batch {
-                            None => return,
-                            Some(Ok(batch)) => batch,
-                            Some(Err(error)) => {
-                                let error = match error {
-                                    rudder_storage::Error::WatcherTooSlow(_) => ApiError::expired(
-                                        format!("too old resource version: {last_revision}: the watch fell behind"),
-                                    ),
-                                    other => ApiError::from(other),
-                                };
-                                let _ = sender.send(WatchEvent::error(&error)).await;
-                                return;
-                            }
+                let mut page = first_page;
+                while let Some(listed) = page.take() {
+                    page_options.limit = Some(next_page_size(&listed.items));
+                    page_options.continue_token = listed.continue_token;
+                    for object in listed.items {
+                        let event = WatchEvent {
+                            kind: WatchEventKind::Added,
+                            object,
                         };
-                        if batch.events.is_empty() {
-                            if allow_bookmarks && batch.revision > 0 {
-                                last_revision = last_revision.max(batch.revision);
-                                if sender.send(bookmark(info, last_revision, false)).await.is_err() {
-                                    return;
-                                }
+                        outbox.send_measured(event).await?;
+                    }
+                    if page_options.continue_token.is_some() {
+                        match registry
+                            .list(info, namespace.as_deref(), &page_options)
+                            .await
+                        {
+                            Ok(next) => page = Some(next),
+                            Err(error) => {
+                                return outbox.send_measured(WatchEvent::error(&error)).await
                             }
-                            continue;
                         }
-                        for event in batch.events {
-                            last_revision = last_revision.max(event.kv.mod_revision);
-                            if let Some(out) = translate(&filter, event) {
-                                if sender.send(out).await.is_err() {
-                                    return;
+                    }
+                }
+                if initial_events_end {
+                    outbox
+                        .send_measured(bookmark(info, start_revision, true))
+                        .await?;
+                }
+                let mut last_revision = start_revision;
+                let mut ticker = tokio::time::interval(BOOKMARK_INTERVAL);
+                ticker.tick().await;
+                loop {
+                    tokio::select! {
+                        _ = outbox.sender.closed() => return Err(Ended::ClientGone),
+                        _ = ticker.tick(), if allow_bookmarks => stream.request_progress(),
+                        batch = stream.next() => {
+                            let batch = match batch {
+                                None => return Ok(()),
+                                Some(Ok(batch)) => batch,
+                                Some(Err(error)) => {
+                                    let error = match error {
+                                        rudder_storage::Error::WatcherTooSlow(_) => ApiError::expired(
+                                            format!("too old resource version: {last_revision}: the watch fell behind"),
+                                        ),
+                                        other => ApiError::from(other),
+                                    };
+                                    return outbox.send_measured(WatchEvent::error(&error)).await;
+                                }
+                            };
+                            if batch.events.is_empty() {
+                                if allow_bookmarks && batch.revision > 0 {
+                                    last_revision = last_revision.max(batch.revision);
+                                    outbox.send_measured(bookmark(info, last_revision, false)).await?;
+                                }
+                                continue;
+                            }
+                            for event in batch.events {
+                                last_revision = last_revision.max(event.kv.mod_revision);
+                                let cost = event.kv.value.len();
+                                if let Some(out) = translate(&filter, event) {
+                                    outbox.send(out, cost).await?;
                                 }
                             }
                         }
                     }
                 }
+            };
+            tokio::select! {
+                ended = run => {
+                    if ended == Err(Ended::Stalled) {
+                        tracing::debug!(resource = info.plural, "watch ended: its client stopped reading");
+                    }
+                }
+                () = tokio::time::sleep_until(deadline) => {}
             }
         });
-        Ok(receiver)
+        Ok(events)
     }
 }
 
@@ -221,5 +356,56 @@ fn translate(filter: &Filter, event: rudder_storage::Event) -> Option<WatchEvent
                 _ => None,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+
+    fn event(bytes: usize) -> WatchEvent {
+        WatchEvent {
+            kind: WatchEventKind::Added,
+            object: json!({"data": "x".repeat(bytes)}),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_does_not_read_holds_one_budget_and_is_ended() {
+        let (outbox, mut events) = Outbox::new();
+        // A 1 MiB object always fits once, whatever its size…
+        outbox
+            .send(event(16), WATCHER_BUDGET_BYTES + 10)
+            .await
+            .expect("the first event is queued");
+        // …but nothing more is held until the client takes it: the watcher waits, then ends.
+        let started = tokio::time::Instant::now();
+        assert_eq!(outbox.send(event(16), 100).await, Err(Ended::Stalled));
+        assert!(started.elapsed() >= STALL_TIMEOUT);
+        // Taking an event frees its share of the budget.
+        assert!(events.next().await.is_some());
+        outbox.send(event(16), 100).await.expect("room again");
+        drop(events);
+        assert_eq!(outbox.send(event(16), 100).await, Err(Ended::ClientGone));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn small_events_queue_until_the_budget_is_spent() {
+        let (outbox, _events) = Outbox::new();
+        let mut queued = 0;
+        while outbox.send(event(0), 64 * 1024).await.is_ok() {
+            queued += 1;
+        }
+        assert_eq!(queued, WATCHER_BUDGET_BYTES / (64 * 1024));
+    }
+
+    #[test]
+    fn replay_pages_hold_about_a_megabyte_of_objects() {
+        assert_eq!(next_page_size(&[]), FIRST_REPLAY_PAGE);
+        let big = vec![json!({"data": "x".repeat(1024 * 1024)}); 2];
+        assert_eq!(next_page_size(&big), 1);
+        let small = vec![json!({"a": 1}); 3];
+        assert_eq!(next_page_size(&small), MAX_REPLAY_PAGE);
     }
 }

@@ -221,7 +221,9 @@ fn looks_like_rfc3339(t: &str) -> bool {
         && b[13] == b':'
         && b[16] == b':'
         && b[..4].iter().all(u8::is_ascii_digit)
-        && (t.ends_with('Z') || t.ends_with('z') || t[19..].contains(['+', '-']))
+        && (t.ends_with('Z')
+            || t.ends_with('z')
+            || b[19..].iter().any(|c| matches!(c, b'+' | b'-')))
 }
 
 fn validate_endpoint_slice(obj: &Value, old: Option<&Value>, errs: &mut Errs) {
@@ -320,6 +322,14 @@ mod tests {
             .iter()
             .map(|e| e.message())
             .collect()
+    }
+
+    #[test]
+    fn a_lease_time_with_a_multibyte_character_at_byte_19_is_invalid_not_a_panic() {
+        let lease = json!({"metadata": {"name": "l", "namespace": "d"},
+            "spec": {"renewTime": "2024-01-01T00:00:0\u{e9}0000"}});
+        let found = msgs("coordination.k8s.io", "Lease", true, lease, None);
+        assert!(found.iter().any(|m| m.contains("RFC3339")), "{found:?}");
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! live list come in the configuration's order, and new items follow the configuration item
 //! they come after. A `null` in the configuration leaves the field unset.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
@@ -76,21 +76,24 @@ fn merge_at<'v>(
     }
 }
 
-type Keyed<'v> = [(Element, &'v Value)];
+pub(super) type Keyed<'v> = [(Element, &'v Value)];
 
 /// The items of the merged list, as (live item, configuration item) pairs in output order.
 fn merge_order<'v>(
     live: &Keyed<'v>,
     config: &Keyed<'v>,
 ) -> Vec<(Option<&'v Value>, Option<&'v Value>)> {
-    let find = |items: &Keyed<'v>, element: &Element| {
-        items.iter().find(|(e, _)| e == element).map(|(_, v)| *v)
-    };
+    // First occurrence of each element, for constant-time lookups (a scan per item made
+    // applying a long list quadratic).
+    let live_by_element = first_by_element(live);
+    let config_by_element = first_by_element(config);
+    let in_live = |element: &Element| live_by_element.get(element).copied();
+    let in_config = |element: &Element| config_by_element.contains_key(element);
     // The items both lists hold, in the configuration's order: the live list's copies of
     // these are emitted when the configuration reaches them.
     let mut shared = config
         .iter()
-        .filter(|(e, _)| find(live, e).is_some())
+        .filter(|(e, _)| in_live(e).is_some())
         .map(|(e, _)| e);
     let mut next_shared = shared.next();
     let mut emitted: HashSet<&Element> = HashSet::new();
@@ -107,15 +110,15 @@ fn merge_order<'v>(
                 next_shared = shared.next();
                 continue;
             }
-            let in_config = find(config, element).is_some();
-            if in_config && next_shared.is_some_and(|next| next != element) {
+            let listed_in_config = in_config(element);
+            if listed_in_config && next_shared.is_some_and(|next| next != element) {
                 l += 1;
                 continue;
             }
         }
         if l < live.len() {
             let element = &live[l].0;
-            if find(config, element).is_none() {
+            if !in_config(element) {
                 out.push((Some(live[l].1), None));
                 l += 1;
                 continue;
@@ -127,7 +130,7 @@ fn merge_order<'v>(
         if c < config.len() {
             let element = &config[c].0;
             emitted.insert(element);
-            out.push((find(live, element), Some(config[c].1)));
+            out.push((in_live(element), Some(config[c].1)));
             c += 1;
             if next_shared == Some(element) {
                 next_shared = shared.next();
@@ -135,6 +138,15 @@ fn merge_order<'v>(
         }
     }
     out
+}
+
+/// Each element's first item in a keyed list.
+pub(super) fn first_by_element<'e, 'v>(items: &'e Keyed<'v>) -> HashMap<&'e Element, &'v Value> {
+    let mut first = HashMap::with_capacity(items.len());
+    for (element, value) in items {
+        first.entry(element).or_insert(*value);
+    }
+    first
 }
 
 /// Removes from `merged` the fields the applier applied last time (`last`) that nobody

@@ -520,3 +520,19 @@ fn label_maps_are_granular_and_set_lists_are_unions() {
         &["f:metadata", "f:finalizers", "v:\"y\""]
     ));
 }
+
+#[test]
+fn a_long_keyed_list_is_applied_in_one_pass() {
+    // Items were matched by a scan of the other list: 20k x 20k comparisons.
+    let containers: Vec<Value> = (0..20_000)
+        .map(|i| json!({"name": format!("c{i}"), "image": "x"}))
+        .collect();
+    let config = web(json!({"replicas": 2, "template": {"spec": {"containers": containers}}}));
+    let object = run(vec![
+        Apply("kubectl", config.clone()),
+        Apply("kubectl", config),
+    ])
+    .expect("applies");
+    let applied = &object["spec"]["template"]["spec"]["containers"];
+    assert_eq!(applied.as_array().map(Vec::len), Some(20_000));
+}

@@ -157,9 +157,10 @@ pub(super) fn keyed_items<'v>(
     items: &'v [Value],
 ) -> Result<Vec<(Element, &'v Value)>, String> {
     let mut out: Vec<(Element, &'v Value)> = Vec::with_capacity(items.len());
+    let mut seen = std::collections::HashSet::with_capacity(items.len());
     for (index, item) in items.iter().enumerate() {
         let element = item_element(kind, item).map_err(|e| format!("element {index}: {e}"))?;
-        if out.iter().any(|(seen, _)| *seen == element) {
+        if !seen.insert(element.clone()) {
             return Err(format!(
                 "duplicate entries for key {}",
                 super::fieldset::path_string(std::slice::from_ref(&element))

@@ -200,16 +200,16 @@ impl Comparer<'_, '_> {
         let (Ok(old_items), Ok(new_items)) = (items(old), items(new)) else {
             return false;
         };
-        let find = |items: &[(Element, &'v Value)], element: &Element| {
-            items.iter().find(|(e, _)| e == element).map(|(_, v)| *v)
-        };
+        let old_by_element = super::merge::first_by_element(&old_items);
+        let new_by_element = super::merge::first_by_element(&new_items);
         for (element, old_item) in &old_items {
             path.push(element.clone());
-            self.walk(Some(old_item), find(&new_items, element), names, path, true);
+            let new_item = new_by_element.get(element).copied();
+            self.walk(Some(old_item), new_item, names, path, true);
             path.pop();
         }
         for (element, new_item) in &new_items {
-            if find(&old_items, element).is_none() {
+            if !old_by_element.contains_key(element) {
                 path.push(element.clone());
                 self.walk(None, Some(new_item), names, path, true);
                 path.pop();

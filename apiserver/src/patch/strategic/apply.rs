@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 
 use super::directives::{self, Key};
 use super::error::{go_list, go_type, PatchError, GO_MAP, GO_SLICE};
+use super::identity::{identity, Positions};
 use super::schema::Ty;
 
 type Result<T> = std::result::Result<T, PatchError>;
@@ -185,7 +186,8 @@ fn delete_from_list(original: &mut Map<String, Value>, key: String, patch: Value
     if element_kind(current, &patch)? == GO_MAP {
         return Err(PatchError::BadPatchFormatForPrimitiveList);
     }
-    current.retain(|item| !patch.contains(item));
+    let doomed: std::collections::HashSet<String> = patch.iter().map(identity).collect();
+    current.retain(|item| !doomed.contains(&identity(item)));
     Ok(())
 }
 
@@ -220,8 +222,9 @@ fn merge_list(
     }
     if element_kind(&original, &patch)? != GO_MAP {
         let mut merged: Vec<Value> = Vec::with_capacity(original.len() + patch.len());
+        let mut seen = Positions::default();
         for item in original.iter().chain(&patch) {
-            if !merged.contains(item) {
+            if seen.insert(item, merged.len()) {
                 merged.push(item.clone());
             }
         }
@@ -233,6 +236,13 @@ fn merge_list(
     let (mut merged, patch) = apply_list_directives(original, patch, key)?;
     let patch_ids = ids(&patch, Some(key))?;
     let server_ids = ids(&merged, Some(key))?;
+    // Where each key first appears in the merged list (items without the key never match).
+    let mut at_key = Positions::default();
+    for (at, current) in merged.iter().enumerate() {
+        if let Some(id) = current.as_object().and_then(|map| map.get(key)) {
+            at_key.insert(id, at);
+        }
+    }
     for item in patch {
         let Value::Object(item) = item else {
             return Err(PatchError::bad_arg(GO_MAP, &item));
@@ -240,14 +250,21 @@ fn merge_list(
         let Some(id) = item.get(key) else {
             return Err(PatchError::no_merge_key(&item, key));
         };
-        let found = merged.iter_mut().find_map(|current| match current {
-            Value::Object(map) if map.get(key) == Some(id) => Some(map),
-            _ => None,
-        });
+        let found = at_key
+            .get(id)
+            .and_then(|at| merged.get_mut(at))
+            .and_then(Value::as_object_mut);
         match found {
             Some(current) => *current = merge_map(std::mem::take(current), item, field.ty)?,
             None => {
+                let id = id.clone();
                 if let Some(item) = directives::clean(Value::Object(item))? {
+                    if item
+                        .as_object()
+                        .is_some_and(|map| map.get(key) == Some(&id))
+                    {
+                        at_key.insert(&id, merged.len());
+                    }
                     merged.push(item);
                 }
             }
@@ -266,6 +283,7 @@ fn apply_list_directives(
 ) -> Result<(Vec<Value>, Vec<Value>)> {
     let mut rest = Vec::with_capacity(patch.len());
     let mut replace = false;
+    let mut deleted = std::collections::HashSet::new();
     for item in patch {
         let Value::Object(map) = &item else {
             return Err(PatchError::bad_arg(GO_MAP, &item));
@@ -279,7 +297,7 @@ fn apply_list_directives(
                 let Some(id) = map.get(key) else {
                     return Err(PatchError::no_merge_key(map, key));
                 };
-                original.retain(|current| current.get(key) != Some(id));
+                deleted.insert(identity(id));
             }
             Some(directives::REPLACE) => replace = true,
             Some(directives::MERGE) => return Err(PatchError::MergeListDirective),
@@ -288,6 +306,13 @@ fn apply_list_directives(
     }
     if replace {
         return Ok((directives::clean_items(rest)?, Vec::new()));
+    }
+    if !deleted.is_empty() {
+        original.retain(|current| {
+            current
+                .get(key)
+                .is_none_or(|id| !deleted.contains(&identity(id)))
+        });
     }
     Ok((original, rest))
 }
@@ -412,7 +437,8 @@ fn reorder(
     server_ids: &[Value],
     key: Option<&str>,
 ) -> Result<Vec<Value>> {
-    let position = |list: &[Value], id: &Value| list.iter().position(|x| x == id);
+    let wanted_at = Positions::of(wanted);
+    let server_at = Positions::of(server_ids);
     let mut chosen = Vec::new();
     let mut others = Vec::new();
     for item in merged {
@@ -420,9 +446,9 @@ fn reorder(
             Some(key) => id_of(&item, key)?.clone(),
             None => item.clone(),
         };
-        match position(wanted, &id) {
+        match wanted_at.get(&id) {
             Some(at) => chosen.push((at, id, item)),
-            None => others.push((position(server_ids, &id).unwrap_or(usize::MAX), id, item)),
+            None => others.push((server_at.get(&id).unwrap_or(usize::MAX), id, item)),
         }
     }
     chosen.sort_by_key(|(at, _, _)| *at);
@@ -436,8 +462,8 @@ fn reorder(
             (Some(_), None) => true,
             (None, Some(_)) => false,
             (None, None) => break,
-            (Some((server_at, _, _)), Some((_, id, _))) => {
-                match (*server_at, position(server_ids, id)) {
+            (Some((server_position, _, _)), Some((_, id, _))) => {
+                match (*server_position, server_at.get(id)) {
                     (left, Some(right)) if left != usize::MAX => left < right,
                     _ => false,
                 }

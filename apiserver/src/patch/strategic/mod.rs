@@ -16,6 +16,7 @@
 mod apply;
 mod directives;
 mod error;
+mod identity;
 mod schema;
 #[cfg(test)]
 mod tests;

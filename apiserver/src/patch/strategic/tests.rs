@@ -400,3 +400,27 @@ fn applies_documented_examples() {
         assert_eq!(got, case.want, "{}", case.name);
     }
 }
+
+#[test]
+fn long_lists_merge_in_one_pass() {
+    // A scan per item made these quadratic: 20k x 20k comparisons per list.
+    const ITEMS: usize = 20_000;
+    let finalizers = |from: usize| -> Vec<Value> {
+        (from..from + ITEMS)
+            .map(|i| json!(format!("f/{i}")))
+            .collect()
+    };
+    let containers = |from: usize| -> Vec<Value> {
+        (from..from + ITEMS)
+            .map(|i| json!({"name": format!("c{i}"), "image": "x"}))
+            .collect()
+    };
+    let original = json!({"metadata": {"finalizers": finalizers(0)},
+        "spec": {"containers": containers(0)}});
+    let patch = json!({"metadata": {"finalizers": finalizers(ITEMS / 2)},
+        "spec": {"containers": containers(ITEMS / 2)}});
+    let merged = apply("", "Pod", &original, &patch).expect("merges");
+    let count = |value: &Value| value.as_array().map_or(0, Vec::len);
+    assert_eq!(count(&merged["metadata"]["finalizers"]), ITEMS + ITEMS / 2);
+    assert_eq!(count(&merged["spec"]["containers"]), ITEMS + ITEMS / 2);
+}
