@@ -1,34 +1,14 @@
-//! `rudder etcd` and `rudder server`: open the storage and serve it.
-//!
-//! `rudder etcd` serves only the etcd v3 gateway. `rudder server` is the all-in-one process:
-//! the Kubernetes API over HTTPS on the embedded SQLite store (or the store `--storage` names),
-//! with the etcd gateway beside it when `--etcd-listen` is given.
+//! `rudder server`: the all-in-one process — the Kubernetes API over HTTPS on the embedded
+//! SQLite store (or the store `--storage` names), the controller-manager in-process, and the
+//! etcd gateway beside them when `--etcd-listen` is given (`gateway.rs`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use rudder_etcd_gateway::Gateway;
 use rudder_storage::config::redact;
-use tokio_util::sync::CancellationToken;
 
-#[derive(clap::Args)]
-pub struct EtcdArgs {
-    /// Storage URL (default: SQLite in the data dir).
-    #[arg(long, env = "RUDDER_STORAGE")]
-    storage: Option<String>,
-    /// Directory for the embedded SQLite database.
-    #[arg(long, default_value = "rudder-data")]
-    data_dir: PathBuf,
-    /// Address the etcd v3 gRPC API listens on.
-    #[arg(long, default_value = "127.0.0.1:2379")]
-    listen: SocketAddr,
-    /// How often watches that ask for progress notifications get one (like etcd's flag).
-    #[arg(long, default_value = "10m", value_parser = parse_interval)]
-    watch_progress_notify_interval: std::time::Duration,
-}
-
-fn parse_interval(text: &str) -> Result<std::time::Duration, String> {
+pub(crate) fn parse_interval(text: &str) -> Result<std::time::Duration, String> {
     rudder_storage::config::parse_duration(text).map_err(|error| error.to_string())
 }
 
@@ -56,9 +36,20 @@ pub struct ServerArgs {
     /// The range Service NodePorts come from.
     #[arg(long, default_value = "30000-32767")]
     service_node_port_range: String,
-    /// Also serve the etcd v3 gateway over the same store on this address.
+    /// Also serve the etcd v3 gateway over the same store on this address (beyond loopback
+    /// only with the three TLS files below).
     #[arg(long)]
     etcd_listen: Option<SocketAddr>,
+    /// The etcd gateway's certificate (PEM), as etcd's `--cert-file`.
+    #[arg(long)]
+    etcd_cert_file: Option<PathBuf>,
+    /// The etcd gateway's private key (PEM), as etcd's `--key-file`.
+    #[arg(long)]
+    etcd_key_file: Option<PathBuf>,
+    /// CA (PEM) whose client certificates the etcd gateway requires, as etcd's
+    /// `--trusted-ca-file` with `--client-cert-auth` (the cluster's `pki/ca.crt` works).
+    #[arg(long)]
+    etcd_trusted_ca_file: Option<PathBuf>,
     /// How often gateway watches that ask for progress notifications get one.
     #[arg(long, default_value = "10m", value_parser = parse_interval)]
     watch_progress_notify_interval: std::time::Duration,
@@ -75,6 +66,13 @@ pub struct ServerArgs {
     /// open-file limit).
     #[arg(long, default_value_t = 10_000)]
     max_connections: usize,
+    /// Controllers to run in-process: `*` for all, `name` to add one, `-name` to leave one
+    /// out (as kube-controller-manager's flag); `rudder controller-manager` runs them apart.
+    #[arg(long, default_value = "*")]
+    controllers: String,
+    /// Run no controllers in this process (another process runs them, or none does).
+    #[arg(long)]
+    disable_controller_manager: bool,
 }
 
 #[derive(clap::Args)]
@@ -84,33 +82,8 @@ pub struct KubeconfigArgs {
     data_dir: PathBuf,
 }
 
-fn storage_url(storage: Option<String>, data_dir: &std::path::Path) -> String {
+pub(crate) fn storage_url(storage: Option<String>, data_dir: &std::path::Path) -> String {
     storage.unwrap_or_else(|| format!("sqlite://{}", data_dir.join("state.db").display()))
-}
-
-/// The etcd gateway serves the whole store, Secrets included, with neither TLS nor
-/// authentication (the gateway has neither yet): it may listen on a loopback address only.
-fn require_loopback(flag: &str, listen: SocketAddr) -> Result<()> {
-    anyhow::ensure!(
-        listen.ip().is_loopback(),
-        "{flag} {listen}: the etcd gateway has no TLS or client-certificate authentication yet, so it serves only on a loopback address (127.0.0.1 or [::1]); anyone who reaches it reads and writes every object"
-    );
-    Ok(())
-}
-
-/// `rudder etcd`.
-pub async fn etcd(args: EtcdArgs) -> Result<()> {
-    require_loopback("--listen", args.listen)?;
-    let embedded = args.storage.is_none();
-    let url = storage_url(args.storage, &args.data_dir);
-    // The embedded store holds every Secret: private, as `rudder server` keeps it.
-    if embedded {
-        rudder_apiserver::data_dir::prepare(&args.data_dir)
-            .with_context(|| format!("creating {}", args.data_dir.display()))?;
-    }
-    rudder_apiserver::data_dir::protect_sqlite_files(&url)
-        .context("making the SQLite database private")?;
-    serve_gateway(&url, args.listen, args.watch_progress_notify_interval).await
 }
 
 /// `rudder server`: the Kubernetes API over the store (and, if asked, the etcd gateway).
@@ -132,8 +105,13 @@ pub async fn server(args: ServerArgs) -> Result<()> {
             ..rudder_apiserver::Limits::default()
         },
     };
+    let etcd_tls = crate::gateway::load_tls(
+        args.etcd_cert_file.as_deref(),
+        args.etcd_key_file.as_deref(),
+        args.etcd_trusted_ca_file.as_deref(),
+    )?;
     if let Some(listen) = args.etcd_listen {
-        require_loopback("--etcd-listen", listen)?;
+        crate::gateway::check_exposure("--etcd-listen", listen, etcd_tls.as_ref())?;
     }
     let running = rudder_apiserver::server::start(config).await?;
     tracing::info!(
@@ -144,12 +122,20 @@ pub async fn server(args: ServerArgs) -> Result<()> {
         running.kubeconfig.display()
     );
     let shutdown = running.shutdown_token();
+    let controllers = if args.disable_controller_manager {
+        None
+    } else {
+        let selection = rudder_controllers::Selection::parse(&args.controllers)?;
+        let manager = controller_manager(&running, selection).await?;
+        let stop = shutdown.child_token();
+        Some(tokio::spawn(manager.run(stop)))
+    };
     let mut gateway = None;
     if let Some(listen) = args.etcd_listen {
         let progress = args.watch_progress_notify_interval;
         let stop = shutdown.clone();
         gateway = Some(tokio::spawn(async move {
-            serve_gateway_until(&url, listen, progress, stop).await
+            crate::gateway::serve_until(&url, listen, progress, etcd_tls, stop).await
         }));
     }
     let stop = shutdown.clone();
@@ -159,10 +145,41 @@ pub async fn server(args: ServerArgs) -> Result<()> {
         stop.cancel();
     });
     running.wait().await?;
+    if let Some(controllers) = controllers {
+        controllers.await.context("the controller-manager task")?;
+    }
     if let Some(gateway) = gateway {
         gateway.await.context("the etcd gateway task")??;
     }
     Ok(())
+}
+
+/// The controller-manager for this server: a client of its own API (through the admin
+/// kubeconfig until components have identities of their own), the cluster CA to publish, and
+/// leader election so that of several servers on one store one runs the controllers.
+async fn controller_manager(
+    running: &rudder_apiserver::server::Running,
+    controllers: rudder_controllers::Selection,
+) -> Result<rudder_controllers::Manager> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(&running.kubeconfig)
+        .context("reading the admin kubeconfig")?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .context("a client for the controllers")?;
+    let client = kube::Client::try_from(config).context("a client for the controllers")?;
+    Ok(rudder_controllers::Manager::new(
+        rudder_controllers::Config {
+            client,
+            identity: crate::controller_manager::identity(),
+            controllers,
+            concurrency: rudder_controllers::Concurrency::default(),
+            leader_election: true,
+            root_ca: Some(running.pki.ca_cert_pem.clone()),
+        },
+    ))
 }
 
 /// `rudder kubeconfig`: prints the admin kubeconfig a server wrote.
@@ -177,47 +194,4 @@ pub fn kubeconfig(args: KubeconfigArgs) -> Result<()> {
     })?;
     print!("{text}");
     Ok(())
-}
-
-async fn serve_gateway(
-    url: &str,
-    listen: SocketAddr,
-    progress_notify_interval: std::time::Duration,
-) -> Result<()> {
-    let shutdown = CancellationToken::new();
-    let stop = shutdown.clone();
-    tokio::spawn(async move {
-        let _ = tokio::signal::ctrl_c().await;
-        tracing::info!("shutting down");
-        stop.cancel();
-    });
-    serve_gateway_until(url, listen, progress_notify_interval, shutdown).await
-}
-
-async fn serve_gateway_until(
-    url: &str,
-    listen: SocketAddr,
-    progress_notify_interval: std::time::Duration,
-    shutdown: CancellationToken,
-) -> Result<()> {
-    let store = rudder_storage::open(url).await?;
-    let status = store.status().await?;
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| {
-            format!("cannot listen on {listen} (is another etcd or Rudder using it?)")
-        })?;
-    let local = listener.local_addr()?;
-    tracing::info!(
-        storage = %redact(url),
-        driver = %status.driver,
-        revision = status.revision,
-        "serving the etcd v3 API on {local}: try `ETCDCTL_API=3 etcdctl --endpoints {local} endpoint status`"
-    );
-    let served = Gateway::new(store.clone(), format!("http://{local}"))
-        .with_progress_notify_interval(progress_notify_interval)
-        .serve(listener, shutdown)
-        .await;
-    store.close().await;
-    served.context("the etcd gateway failed")
 }

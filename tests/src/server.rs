@@ -24,7 +24,12 @@ impl RudderServer {
     /// `storage_url`, and waits until it has written its admin kubeconfig and `/readyz`
     /// answers `ok`. Panics, with the server's log, if it exits or never becomes ready.
     pub fn start(binary: &str, storage_url: &str) -> RudderServer {
-        Self::start_command(Command::new(binary), storage_url)
+        Self::start_command(Command::new(binary), storage_url, &[])
+    }
+
+    /// As [`RudderServer::start`], with more `rudder server` flags (`--controllers=…`, say).
+    pub fn start_with_args(binary: &str, storage_url: &str, args: &[&str]) -> RudderServer {
+        Self::start_command(Command::new(binary), storage_url, args)
     }
 
     /// As [`RudderServer::start`], with the process's soft open-file limit lowered to
@@ -39,10 +44,10 @@ impl RudderServer {
             .arg("-c")
             .arg(format!("ulimit -Sn {soft_limit} && exec \"$0\" \"$@\""))
             .arg(binary);
-        Self::start_command(command, storage_url)
+        Self::start_command(command, storage_url, &[])
     }
 
-    fn start_command(mut command: Command, storage_url: &str) -> RudderServer {
+    fn start_command(mut command: Command, storage_url: &str, args: &[&str]) -> RudderServer {
         let dir = tempfile::tempdir().expect("temporary data dir");
         let log = std::fs::File::create(dir.path().join("server.log")).expect("server log file");
         let child = command
@@ -50,6 +55,7 @@ impl RudderServer {
             .arg("--data-dir")
             .arg(dir.path().join("data"))
             .args(["--listen", "127.0.0.1:0", "--storage", storage_url])
+            .args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("server log file"))

@@ -158,7 +158,14 @@ impl Kubectl<'_> {
 }
 
 fn session(binary: &str, storage_url: &str, driver: &str, version: &'static str) {
-    let server = RudderServer::start(binary, storage_url);
+    // The apiserver as kubectl sees it: of the controllers, only the namespace controller
+    // (namespace deletion is part of the session) and the garbage collector run, so what the
+    // session creates stays as it was created (the controllers have tests of their own).
+    let server = RudderServer::start_with_args(
+        binary,
+        storage_url,
+        &["--controllers=namespace,garbage-collector"],
+    );
     let tag = format!("k{}-{driver}", version.replace('.', ""));
     let k = Kubectl {
         server: &server,

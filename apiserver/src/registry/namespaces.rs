@@ -1,19 +1,15 @@
-//! Namespaces: the ones a cluster starts with (and the `kubernetes` Service), the lookup
-//! NamespaceLifecycle admission reads, and finalization of a terminating namespace — its
-//! content deleted, then the namespace itself. Finalization runs in the apiserver until the
-//! controller-manager takes it over; every apiserver resumes it for namespaces left
-//! terminating, so it is safe to run twice.
-
-use std::time::Duration;
+//! Namespaces: the ones a cluster starts with (and the `kubernetes` Service) and the lookup
+//! NamespaceLifecycle admission reads. Emptying a terminating namespace is the namespace
+//! controller's (`rudder-controllers`), as in upstream; the apiserver only marks it.
 
 use async_trait::async_trait;
 use rudder_admission::{Denied, NamespaceLookup, NamespaceState};
 use serde_json::{json, Value};
 
 use super::object;
-use super::store::{DeleteOptions, Input};
+use super::store::Input;
 use super::{Caller, Registry, Write};
-use crate::catalog::{self, RESOURCES};
+use crate::catalog;
 use crate::error::Result;
 use crate::request::FieldValidation;
 
@@ -119,100 +115,11 @@ pub async fn bootstrap(registry: &Registry, apiserver_port: u16, advertise: &str
             }
         }
     }
-    let listed = registry
-        .list(namespaces, None, &crate::request::ListOptions::everything())
-        .await?;
-    for namespace in listed.items {
-        if object::is_deleting(&namespace) {
-            registry.spawn_namespace_finalizer(object::name(&namespace).to_string());
-        }
-    }
     Ok(())
 }
 
 fn missing() -> crate::error::ApiError {
     crate::error::ApiError::internal("the catalog lacks a core resource")
-}
-
-impl Registry {
-    /// Deletes a terminating namespace's content, then the namespace, in the background.
-    pub(super) fn spawn_namespace_finalizer(&self, name: String) {
-        let registry = self.clone();
-        tokio::spawn(async move {
-            let mut delay = Duration::from_millis(50);
-            loop {
-                match registry.finalize_namespace(&name).await {
-                    Ok(true) => return,
-                    Ok(false) => {}
-                    Err(error) => {
-                        tracing::warn!(namespace = %name, %error, "namespace finalization failed; retrying")
-                    }
-                }
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(5));
-            }
-        });
-    }
-
-    /// One pass: deletes what is left; once nothing is, removes the `kubernetes` finalizer
-    /// and the namespace. True when done (or the namespace is gone).
-    async fn finalize_namespace(&self, name: &str) -> Result<bool> {
-        let namespaces = catalog::find("", "v1", "namespaces").ok_or_else(missing)?;
-        let Some((namespace, _)) = self.read(namespaces, None, name).await? else {
-            return Ok(true);
-        };
-        if !object::is_deleting(&namespace) {
-            return Ok(true);
-        }
-        let write = system_write();
-        // Without a kubelet to confirm, pods go at once (grace 0) rather than wait forever.
-        let options = DeleteOptions {
-            grace_period_seconds: Some(0),
-            ..DeleteOptions::default()
-        };
-        let mut remaining = 0;
-        for info in RESOURCES
-            .iter()
-            .filter(|info| info.namespaced && info.is_stored())
-        {
-            if self.count_in(info, name).await? == 0 {
-                continue;
-            }
-            self.delete_collection(info, Some(name), "", "", &options, &write)
-                .await?;
-            remaining += self.count_in(info, name).await?;
-        }
-        if remaining > 0 {
-            return Ok(false);
-        }
-        let finalized = self
-            .update_with(
-                namespaces,
-                None,
-                name,
-                Some("finalize"),
-                &write,
-                |current| {
-                    let mut next = current.clone();
-                    if let Some(finalizers) = next["spec"]["finalizers"].as_array_mut() {
-                        finalizers.retain(|finalizer| finalizer != "kubernetes");
-                    }
-                    Ok(next)
-                },
-            )
-            .await?;
-        if object::finalizers(&finalized.object).is_empty() {
-            match self
-                .delete(namespaces, None, name, &DeleteOptions::default(), &write)
-                .await
-            {
-                Ok(_) => {}
-                Err(error) if error.code == 404 => {}
-                Err(error) => return Err(error),
-            }
-        }
-        Ok(true)
-    }
 }
 
 /// NamespaceLifecycle's view of the namespaces in the store (set once the registry exists).

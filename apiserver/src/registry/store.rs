@@ -3,10 +3,10 @@
 //! delete-collection.
 
 use rudder_admission::{Attributes, Operation};
-use rudder_storage::{CreateOutcome, DeleteOutcome, KeyRange, RangeRequest, UpdateOutcome};
+use rudder_storage::{CreateOutcome, DeleteOutcome, UpdateOutcome};
 use serde_json::{json, Value};
 
-use super::keys::{collection_prefix, object_key};
+use super::keys::object_key;
 use super::object::{self, metadata_mut};
 use super::{storable, strategy, Caller, Registry, Write, Written};
 use crate::catalog::ResourceInfo;
@@ -357,9 +357,7 @@ impl Registry {
                     .await?
                 {
                     UpdateOutcome::Updated { revision } => {
-                        if info.kind == "Namespace" && info.group.is_empty() {
-                            self.spawn_namespace_finalizer(name.to_string());
-                        }
+                        // A namespace now waits for the namespace controller to empty it.
                         return Ok(DeleteResult {
                             object: object::with_resource_version(marked, revision),
                             finished: false,
@@ -426,16 +424,6 @@ impl Registry {
             }
         }
         Ok(deleted)
-    }
-
-    /// Whether any object of this resource exists under a key prefix (for namespace cleanup).
-    pub(super) async fn count_in(&self, info: &ResourceInfo, namespace: &str) -> Result<i64> {
-        let prefix = collection_prefix(info, Some(namespace));
-        let response = self
-            .storage
-            .range(RangeRequest::new(KeyRange::prefix(prefix)).count_only())
-            .await?;
-        Ok(response.count)
     }
 
     /// The canonical form of a body (see `canonicalize`), for the patch engines.

@@ -1,8 +1,8 @@
 //! The namespace controller: empties a namespace that is being deleted — every namespaced kind
 //! the API serves (found by discovery), with the usual graceful deletion, so a kubelet's pods
 //! shut down properly — reports how far it got in upstream's conditions, and once nothing is
-//! left removes the `kubernetes` finalizer through `namespaces/{name}/finalize`, which lets the
-//! API server delete the namespace.
+//! left removes the `kubernetes` finalizer through `namespaces/{name}/finalize` and deletes
+//! the namespace for good.
 //!
 //! Conditions, as upstream's: `NamespaceDeletionDiscoveryFailure` (some group could not be
 //! discovered), `NamespaceDeletionContentFailure` (some delete failed),
@@ -108,17 +108,30 @@ pub async fn reconcile(namespace: Arc<Namespace>, context: Arc<Context>) -> Resu
         }),
         status: namespace.status.clone(),
     };
-    match Api::<Namespace>::all(context.client.clone())
+    let api = Api::<Namespace>::all(context.client.clone());
+    let finalized = match api
         .replace_subresource("finalize", &name, &PostParams::default(), &finalized)
         .await
     {
-        Ok(_) => {
-            tracing::info!(namespace = %name, "namespace emptied and finalized");
-            Ok(Action::await_change())
+        Ok(finalized) => finalized,
+        Err(kube::Error::Api(status)) if status.code == 404 => return Ok(Action::await_change()),
+        Err(error) => return Err(error.into()),
+    };
+    tracing::info!(namespace = %name, "namespace emptied and finalized");
+    // With no finalizer left, deleting it again removes it (as upstream's controller does).
+    let spec_done = finalized
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.finalizers.as_ref())
+        .is_none_or(|finalizers| finalizers.is_empty());
+    if spec_done && finalized.finalizers().is_empty() {
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
+            Err(error) => return Err(error.into()),
         }
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(Action::await_change()),
-        Err(error) => Err(error.into()),
     }
+    Ok(Action::await_change())
 }
 
 /// Deletes everything in the namespace and counts what is left.
