@@ -62,6 +62,25 @@ pub struct SqlStore {
     clock: Clock,
 }
 
+/// Creates a missing database file readable by its owner only (it holds every Secret);
+/// SQLite gives its `-wal` and `-shm` files the database's mode.
+fn create_private(path: &std::path::Path) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(error) => Err(Error::Config(format!(
+            "cannot create the SQLite database {}: {error}",
+            path.display()
+        ))),
+    }
+}
+
 /// Where the pools connect and what each new connection must run first.
 struct Connection {
     options: AnyConnectOptions,
@@ -82,6 +101,7 @@ impl SqlStore {
                 ))
             })?;
         }
+        create_private(&config.path)?;
         let url = format!("sqlite://{}?mode=rwc", config.path.display());
         let options =
             AnyConnectOptions::from_str(&url).map_err(|error| Error::Config(error.to_string()))?;
