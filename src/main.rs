@@ -9,6 +9,7 @@
 
 mod bench;
 mod controller_manager;
+mod gateway;
 mod serve;
 mod storage_check;
 
@@ -34,7 +35,7 @@ enum Command {
     /// Print the admin kubeconfig `rudder server` wrote.
     Kubeconfig(serve::KubeconfigArgs),
     /// Serve a store as the etcd v3 gRPC API (KV, Watch, Lease, Maintenance, Cluster).
-    Etcd(serve::EtcdArgs),
+    Etcd(gateway::EtcdArgs),
     /// Run the controllers (ReplicaSet, …) against a cluster through a kubeconfig.
     ControllerManager(controller_manager::ControllerManagerArgs),
     /// Storage tools.
@@ -88,7 +89,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Server(args) => serve::server(args).await,
-            Command::Etcd(args) => serve::etcd(args).await,
+            Command::Etcd(args) => gateway::etcd(args).await,
             Command::ControllerManager(args) => controller_manager::run(args).await,
             Command::Kubeconfig(args) => serve::kubeconfig(args),
             Command::Version => {

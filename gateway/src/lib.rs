@@ -41,6 +41,17 @@ pub const REPORTED_ETCD_VERSION: &str = "3.5.17";
 pub struct Gateway {
     pub(crate) store: Arc<dyn Storage>,
     pub(crate) identity: Arc<Identity>,
+    tls: Option<Arc<Tls>>,
+}
+
+/// TLS for the gateway, as etcd's `--cert-file`, `--key-file` and `--trusted-ca-file`: with
+/// a client CA, every client must present a certificate it issued (etcd's
+/// `--client-cert-auth`).
+#[derive(Clone, Debug)]
+pub struct Tls {
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
+    pub client_ca_pem: Option<Vec<u8>>,
 }
 
 /// The cluster and member this gateway presents itself as.
@@ -73,6 +84,7 @@ impl Gateway {
     /// A gateway over `store` that will present `client_url` as its member's client URL.
     pub fn new(store: Arc<dyn Storage>, client_url: String) -> Self {
         Self {
+            tls: None,
             store,
             identity: Arc::new(Identity {
                 cluster_id: 0x7275_6464_6572_0001,
@@ -98,6 +110,12 @@ impl Gateway {
         self
     }
 
+    /// Serves TLS (and, with a client CA, requires client certificates).
+    pub fn with_tls(mut self, tls: Tls) -> Self {
+        self.tls = Some(Arc::new(tls));
+        self
+    }
+
     /// Serves on `listener` until `shutdown` is cancelled.
     pub async fn serve(
         self,
@@ -115,7 +133,17 @@ impl Gateway {
                 stream
             },
         );
-        tonic::transport::Server::builder()
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(tls) = &self.tls {
+            let mut config = tonic::transport::ServerTlsConfig::new().identity(
+                tonic::transport::Identity::from_pem(&tls.cert_pem, &tls.key_pem),
+            );
+            if let Some(ca) = &tls.client_ca_pem {
+                config = config.client_ca_root(tonic::transport::Certificate::from_pem(ca));
+            }
+            builder = builder.tls_config(config)?;
+        }
+        builder
             .add_service(PbKvServer::new(self.clone()).max_decoding_message_size(limit))
             .add_service(PbWatchServer::new(self.clone()).max_decoding_message_size(limit))
             .add_service(PbLeaseServer::new(self.clone()).max_decoding_message_size(limit))
@@ -142,6 +170,7 @@ impl Gateway {
         let listener = TcpListener::bind(address).await?;
         let local_addr = listener.local_addr()?;
         let gateway = configure(Gateway::new(store, format!("http://{local_addr}")));
+        let gateway = gateway.advertising_scheme();
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(gateway.serve(listener, shutdown.clone()));
         Ok(RunningGateway {
@@ -149,6 +178,21 @@ impl Gateway {
             shutdown,
             task,
         })
+    }
+
+    /// The member's client URL says `https://` when the gateway serves TLS.
+    pub fn advertising_scheme(mut self) -> Self {
+        if self.tls.is_some() && self.identity.client_url.starts_with("http://") {
+            let identity = Identity {
+                cluster_id: self.identity.cluster_id,
+                member_id: self.identity.member_id,
+                name: self.identity.name.clone(),
+                client_url: self.identity.client_url.replacen("http://", "https://", 1),
+                progress_notify_interval: self.identity.progress_notify_interval,
+            };
+            self.identity = Arc::new(identity);
+        }
+        self
     }
 
     /// A response header at `revision`.

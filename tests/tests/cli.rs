@@ -118,3 +118,36 @@ fn storage_check_reaches_postgres_over_tls() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(rudder_storage::wipe(&required)).unwrap();
 }
+
+/// The etcd gateway serves every object: beyond loopback only with client-certificate TLS.
+#[test]
+fn the_etcd_gateway_listens_beyond_loopback_only_with_client_certificate_tls() {
+    let binary = env!("CARGO_BIN_EXE_rudder");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+    let refused = rudder_tests::run(
+        binary,
+        &["etcd", "--data-dir", data, "--listen", "0.0.0.0:0"],
+    );
+    assert!(!refused.status.success());
+    let error = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        error.contains("client-certificate authentication"),
+        "{error}"
+    );
+    let half = rudder_tests::run(
+        binary,
+        &[
+            "etcd",
+            "--data-dir",
+            data,
+            "--listen",
+            "127.0.0.1:0",
+            "--cert-file",
+            "/nonexistent",
+        ],
+    );
+    assert!(!half.status.success());
+    assert!(String::from_utf8_lossy(&half.stderr).contains("give both"));
+}

@@ -648,3 +648,55 @@ rudder_tests::on_every_driver_beside_real_etcd!(compare_with_real_etcd;
     gateway_over_postgres_behaves_like_real_etcd => postgres,
     gateway_over_etcd_behaves_like_real_etcd => etcd,
 );
+
+/// Served with TLS and a client CA, the gateway talks only to clients whose certificate that
+/// CA issued (etcd's `--client-cert-auth`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_the_gateway_requires_a_client_certificate_from_its_ca() {
+    use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
+
+    let Some(harness) = testing::sqlite().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let pki = rudder_apiserver::pki::Pki::load_or_create(dir.path(), &[], &[]).unwrap();
+    let store = harness.open().await;
+    let tls = rudder_etcd_gateway::Tls {
+        cert_pem: pki.serving_cert_pem.clone().into_bytes(),
+        key_pem: pki.serving_key_pem.clone().into_bytes(),
+        client_ca_pem: Some(pki.ca_cert_pem.clone().into_bytes()),
+    };
+    let gateway = Gateway::spawn_with(store.clone(), SocketAddr::from(([127, 0, 0, 1], 0)), |g| {
+        g.with_tls(tls)
+    })
+    .await
+    .unwrap();
+    let url = format!("https://localhost:{}", gateway.local_addr.port());
+    let ca = Certificate::from_pem(pki.ca_cert_pem.clone());
+
+    let with_cert =
+        ConnectOptions::new().with_tls(TlsOptions::new().ca_certificate(ca.clone()).identity(
+            Identity::from_pem(pki.admin_cert_pem.clone(), pki.admin_key_pem.clone()),
+        ));
+    let mut client = Client::connect([url.clone()], Some(with_cert))
+        .await
+        .unwrap();
+    client.put("/tls/k", "v", None).await.unwrap();
+    let got = client.get("/tls/k", None).await.unwrap();
+    assert_eq!(got.kvs()[0].value(), b"v");
+    let members = client.member_list().await.unwrap();
+    assert!(members.members()[0].client_urls()[0].starts_with("https://"));
+
+    let anonymous = ConnectOptions::new()
+        .with_tls(TlsOptions::new().ca_certificate(ca))
+        .with_connect_timeout(Duration::from_secs(5))
+        .with_timeout(Duration::from_secs(5));
+    let refused = match Client::connect([url], Some(anonymous)).await {
+        Ok(mut client) => client.get("/tls/k", None).await.is_err(),
+        Err(_) => true,
+    };
+    assert!(refused, "a client without a certificate is refused");
+    drop(client);
+    gateway.shutdown().await;
+    store.close().await;
+}
