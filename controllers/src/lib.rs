@@ -14,6 +14,7 @@ pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
 pub mod error;
+pub mod events;
 pub mod expectations;
 pub mod gc;
 pub mod informers;

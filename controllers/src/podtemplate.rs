@@ -39,3 +39,29 @@ pub fn pod_from_template<K: Resource<DynamicType = ()>>(
         status: None,
     }
 }
+
+/// Deletes `name` if it is still the object with `uid` (not a newer one of the same name);
+/// `false` when it was already gone or replaced.
+pub async fn delete_exact<K>(
+    api: &kube::Api<K>,
+    name: &str,
+    uid: Option<String>,
+    propagation: Option<kube::api::PropagationPolicy>,
+) -> kube::Result<bool>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = kube::api::DeleteParams {
+        propagation_policy: propagation,
+        preconditions: Some(kube::api::Preconditions {
+            uid,
+            resource_version: None,
+        }),
+        ..kube::api::DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(false),
+        Err(error) => Err(error),
+    }
+}

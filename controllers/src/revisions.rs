@@ -109,3 +109,48 @@ pub fn holds(revision: &ControllerRevision, template: &PodTemplateSpec) -> bool 
     let (data, _) = data_and_hash(template, None);
     serde_json::from_slice::<serde_json::Value>(&data).is_ok_and(|wanted| &wanted == stored)
 }
+
+/// `owner`'s revisions, oldest first, and the one holding `template` — created when none
+/// does. `None` when another writer created it first (the next sync sees it).
+pub async fn history<K: Resource<DynamicType = ()>>(
+    client: &kube::Client,
+    store: &kube::runtime::reflector::Store<ControllerRevision>,
+    owner: &K,
+    template: &PodTemplateSpec,
+    collisions: Option<i32>,
+) -> crate::error::Result<
+    Option<(
+        Vec<std::sync::Arc<ControllerRevision>>,
+        std::sync::Arc<ControllerRevision>,
+    )>,
+> {
+    use std::sync::Arc;
+    let namespace = owner.namespace().unwrap_or_default();
+    let uid = owner.uid().unwrap_or_default();
+    let mut revisions: Vec<Arc<ControllerRevision>> = store
+        .state()
+        .into_iter()
+        .filter(|r| r.namespace().as_deref() == Some(namespace.as_str()))
+        .filter(|r| rudder_facts::owners::is_controlled_by(&r.metadata, &uid))
+        .collect();
+    revisions.sort_by_key(|r| r.revision);
+    if let Some(current) = revisions.iter().rev().find(|r| holds(r, template)).cloned() {
+        return Ok(Some((revisions, current)));
+    }
+    let number = revisions.last().map_or(0, |r| r.revision) + 1;
+    let Some((revision, _)) = revision_for(owner, template, collisions, number) else {
+        return Ok(None);
+    };
+    match kube::Api::<ControllerRevision>::namespaced(client.clone(), &namespace)
+        .create(&kube::api::PostParams::default(), &revision)
+        .await
+    {
+        Ok(created) => {
+            let created = Arc::new(created);
+            revisions.push(created.clone());
+            Ok(Some((revisions, created)))
+        }
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(None),
+        Err(error) => Err(error.into()),
+    }
+}

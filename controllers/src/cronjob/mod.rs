@@ -19,9 +19,9 @@ use k8s_openapi::api::batch::v1::{CronJob, CronJobStatus, Job};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, PostParams, Preconditions, PropagationPolicy};
+use kube::api::{Api, PostParams, PropagationPolicy};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::Result;
 use crate::informers::Informers;
 use crate::job::reconcile::finished;
-use crate::podtemplate::controller_reference;
+use crate::podtemplate::{controller_reference, delete_exact};
 use crate::runner::{self, counted, key_of};
 use crate::workqueue::Queue;
 use rudder_facts::owners::is_controlled_by;
@@ -58,13 +58,7 @@ pub fn controller(
     let context = Arc::new(Context {
         client: client.clone(),
         jobs: jobs.store.clone(),
-        recorder: Recorder::new(
-            client,
-            Reporter {
-                controller: "cronjob-controller".into(),
-                instance: Some(identity.to_string()),
-            },
-        ),
+        recorder: crate::events::recorder(client.clone(), "cronjob-controller", identity),
     });
     let controller = Controller::for_shared_stream(
         counted(cronjobs.changes, queue.clone(), |cj: &CronJob| {
@@ -327,19 +321,9 @@ async fn create_job(
 }
 
 async fn delete_job(api: &Api<Job>, job: &Job) -> Result<()> {
-    let params = DeleteParams {
-        propagation_policy: Some(PropagationPolicy::Background),
-        preconditions: Some(Preconditions {
-            uid: job.uid(),
-            resource_version: None,
-        }),
-        ..DeleteParams::default()
-    };
-    match api.delete(&job.name_any(), &params).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
-        Err(error) => Err(error.into()),
-    }
+    let policy = Some(PropagationPolicy::Background);
+    delete_exact(api, &job.name_any(), job.uid(), policy).await?;
+    Ok(())
 }
 
 async fn publish(
@@ -349,18 +333,5 @@ async fn publish(
     note: String,
     type_: EventType,
 ) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: "Sync".into(),
-        secondary: None,
-    };
-    if let Err(error) = context
-        .recorder
-        .publish(&event, &cronjob.object_ref(&()))
-        .await
-    {
-        tracing::debug!(%error, "recording an event failed");
-    }
+    crate::events::publish(&context.recorder, cronjob, type_, reason, "Sync", note).await;
 }

@@ -15,7 +15,7 @@ use futures::FutureExt;
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::controller::Controller;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::Client;
 use tokio_util::sync::CancellationToken;
@@ -53,13 +53,7 @@ pub fn controller(
         pods: pods.store.clone(),
         nodes: nodes.store.clone(),
         revisions: revisions.store.clone(),
-        recorder: Recorder::new(
-            client,
-            Reporter {
-                controller: "daemonset-controller".into(),
-                instance: Some(identity.to_string()),
-            },
-        ),
+        recorder: crate::events::recorder(client.clone(), "daemonset-controller", identity),
     });
     let controller = Controller::for_shared_stream(
         counted(sets.changes, queue.clone(), |set: &DaemonSet| {

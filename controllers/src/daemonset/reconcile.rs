@@ -9,15 +9,15 @@ use k8s_openapi::api::core::v1::{
     Affinity, Node, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
     PodTemplateSpec, Toleration,
 };
-use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 
 use super::Context;
 use crate::error::Result;
-use crate::podtemplate::pod_from_template;
-use crate::revisions::{holds, revision_for, REVISION_HASH};
+use crate::podtemplate::{delete_exact, pod_from_template};
+use crate::revisions::{history, REVISION_HASH};
 use rudder_facts::nodes::{node_matches, untolerated};
 use rudder_facts::owners::is_controlled_by;
 use rudder_facts::pods::{is_ready, is_terminal};
@@ -130,39 +130,17 @@ pub async fn reconcile(set: Arc<DaemonSet>, context: Arc<Context>) -> Result<Act
     let pods_api = Api::<Pod>::namespaced(context.client.clone(), &namespace);
 
     // The revision of the template now.
-    let mut revisions: Vec<Arc<ControllerRevision>> = context
-        .revisions
-        .state()
-        .into_iter()
-        .filter(|r| r.namespace().as_deref() == Some(namespace.as_str()))
-        .filter(|r| is_controlled_by(&r.metadata, &uid))
-        .collect();
-    revisions.sort_by_key(|r| r.revision);
-    let update = match revisions.iter().rev().find(|r| holds(r, &spec.template)) {
-        Some(revision) => revision.clone(),
-        None => {
-            let number = revisions.last().map_or(0, |r| r.revision) + 1;
-            let collisions = set.status.as_ref().and_then(|s| s.collision_count);
-            let Some((revision, _)) =
-                revision_for(set.as_ref(), &spec.template, collisions, number)
-            else {
-                return Ok(Action::await_change());
-            };
-            match Api::<ControllerRevision>::namespaced(context.client.clone(), &namespace)
-                .create(&PostParams::default(), &revision)
-                .await
-            {
-                Ok(created) => {
-                    let created = Arc::new(created);
-                    revisions.push(created.clone());
-                    created
-                }
-                Err(kube::Error::Api(status)) if status.code == 409 => {
-                    return Ok(Action::requeue(std::time::Duration::from_millis(200)))
-                }
-                Err(error) => return Err(error.into()),
-            }
-        }
+    let collisions = set.status.as_ref().and_then(|s| s.collision_count);
+    let Some((_, update)) = history(
+        &context.client,
+        &context.revisions,
+        set.as_ref(),
+        &spec.template,
+        collisions,
+    )
+    .await?
+    else {
+        return Ok(Action::requeue(std::time::Duration::from_millis(200)));
     };
     let hash = revision_hash(&update).unwrap_or_default().to_string();
 
@@ -311,27 +289,16 @@ pub async fn reconcile(set: Arc<DaemonSet>, context: Arc<Context>) -> Result<Act
 }
 
 async fn delete_pod(context: &Context, api: &Api<Pod>, set: &DaemonSet, pod: &Pod) -> Result<()> {
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: pod.uid(),
-            resource_version: None,
-        }),
-        ..DeleteParams::default()
-    };
-    match api.delete(&pod.name_any(), &params).await {
-        Ok(_) => {
-            publish(
-                context,
-                set,
-                "SuccessfulDelete",
-                format!("Deleted pod: {}", pod.name_any()),
-            )
-            .await;
-            Ok(())
-        }
-        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
-        Err(error) => Err(error.into()),
+    if delete_exact(api, &pod.name_any(), pod.uid(), None).await? {
+        publish(
+            context,
+            set,
+            "SuccessfulDelete",
+            format!("Deleted pod: {}", pod.name_any()),
+        )
+        .await;
     }
+    Ok(())
 }
 
 async fn publish(context: &Context, set: &DaemonSet, reason: &str, note: String) {

@@ -20,7 +20,7 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::SelectorExt;
 use kube::runtime::controller::Controller;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
@@ -68,13 +68,7 @@ pub fn controller(
         client: client.clone(),
         sets: sets.store.clone(),
         pods: pods.store.clone(),
-        recorder: Recorder::new(
-            client,
-            Reporter {
-                controller: "deployment-controller".into(),
-                instance: Some(identity.to_string()),
-            },
-        ),
+        recorder: crate::events::recorder(client.clone(), "deployment-controller", identity),
     });
     let deployment_store = deployments.store.clone();
     let set_store = sets.store.clone();

@@ -13,8 +13,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::{Selector, SelectorExt};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
-use kube::{Resource, ResourceExt};
+use kube::runtime::events::EventType;
+use kube::ResourceExt;
 use serde::Serialize;
 
 use super::replicasets::{
@@ -740,18 +740,5 @@ async fn publish(
     note: String,
     type_: EventType,
 ) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: action.into(),
-        secondary: None,
-    };
-    if let Err(error) = context
-        .recorder
-        .publish(&event, &deployment.object_ref(&()))
-        .await
-    {
-        tracing::debug!(%error, "recording an event failed");
-    }
+    crate::events::publish(&context.recorder, deployment, type_, reason, action, note).await;
 }

@@ -21,7 +21,7 @@ use futures::FutureExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::Controller;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
@@ -58,13 +58,7 @@ pub fn controller(
         client: client.clone(),
         pods: pods.store.clone(),
         expectations,
-        recorder: Recorder::new(
-            client,
-            Reporter {
-                controller: "job-controller".into(),
-                instance: Some(identity.to_string()),
-            },
-        ),
+        recorder: crate::events::recorder(client.clone(), "job-controller", identity),
     });
     let controller = Controller::for_shared_stream(
         counted(jobs.changes, queue.clone(), |job: &Job| Some(key_of(job))),

@@ -9,14 +9,14 @@ use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus};
 use k8s_openapi::api::core::v1::{EnvVar, Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
-use kube::{Resource, ResourceExt};
+use kube::runtime::events::EventType;
+use kube::ResourceExt;
 
 use super::Context;
 use crate::error::Result;
-use crate::podtemplate::pod_from_template;
+use crate::podtemplate::{delete_exact, pod_from_template};
 use crate::runner::key_of;
 use rudder_facts::owners::is_controlled_by;
 use rudder_facts::pods::{is_active, is_ready};
@@ -502,43 +502,17 @@ async fn delete_pods(
     pods: &[Arc<Pod>],
 ) -> Result<()> {
     for pod in pods {
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: pod.uid(),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match api.delete(&pod.name_any(), &params).await {
-            Ok(_) => {
-                if let Some(uid) = pod.uid() {
-                    context.expectations.deleted(key, uid);
-                }
-                publish(
-                    context,
-                    job,
-                    "SuccessfulDelete",
-                    format!("Deleted pod: {}", pod.name_any()),
-                    EventType::Normal,
-                )
-                .await;
+        if delete_exact(api, &pod.name_any(), pod.uid(), None).await? {
+            if let Some(uid) = pod.uid() {
+                context.expectations.deleted(key, uid);
             }
-            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
-            Err(error) => return Err(error.into()),
+            let note = format!("Deleted pod: {}", pod.name_any());
+            publish(context, job, "SuccessfulDelete", note, EventType::Normal).await;
         }
     }
     Ok(())
 }
 
 async fn publish(context: &Context, job: &Job, reason: &str, note: String, type_: EventType) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: "Sync".into(),
-        secondary: None,
-    };
-    if let Err(error) = context.recorder.publish(&event, &job.object_ref(&())).await {
-        tracing::debug!(%error, "recording an event failed");
-    }
+    crate::events::publish(&context.recorder, job, type_, reason, "Sync", note).await;
 }

@@ -22,7 +22,7 @@ use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::SelectorExt;
 use kube::runtime::controller::Controller;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
@@ -61,13 +61,7 @@ pub fn controller(
         client: client.clone(),
         pods: pods.store.clone(),
         expectations,
-        recorder: Recorder::new(
-            client,
-            Reporter {
-                controller: "replicaset-controller".into(),
-                instance: Some(identity.to_string()),
-            },
-        ),
+        recorder: crate::events::recorder(client.clone(), "replicaset-controller", identity),
     });
     let set_store = sets.store.clone();
     let controller = Controller::for_shared_stream(

@@ -4,14 +4,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetStatus};
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::{Selector, SelectorExt};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
-use kube::{Resource, ResourceExt};
+use kube::runtime::events::EventType;
+use kube::ResourceExt;
 
 use super::{order_for_deletion, Context};
 use crate::error::{Error, Result};
@@ -198,10 +198,6 @@ pub(crate) fn is_available(pod: &Pod, min_ready: Duration, now: Timestamp) -> bo
         .is_ok_and(|ready_at| ready_at <= now)
 }
 
-fn reference(set: &ReplicaSet) -> ObjectReference {
-    set.object_ref(&())
-}
-
 /// Creates `missing` pods in slow-start batches (1, 2, 4, …); stops at a batch with a failure
 /// and returns its message.
 async fn create_pods(
@@ -370,14 +366,5 @@ async fn publish(
     note: String,
     type_: EventType,
 ) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: action.into(),
-        secondary: None,
-    };
-    if let Err(error) = context.recorder.publish(&event, &reference(set)).await {
-        tracing::debug!(%error, "recording an event failed");
-    }
+    crate::events::publish(&context.recorder, set, type_, reason, action, note).await;
 }

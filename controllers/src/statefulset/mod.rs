@@ -16,7 +16,7 @@ use futures::FutureExt;
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::runtime::controller::Controller;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 use kube::Client;
 use tokio_util::sync::CancellationToken;
@@ -53,13 +53,7 @@ pub fn controller(
         pods: pods.store.clone(),
         revisions: revisions.store.clone(),
         claims: claims.store.clone(),
-        recorder: Recorder::new(
-            client,
-            Reporter {
-                controller: "statefulset-controller".into(),
-                instance: Some(identity.to_string()),
-            },
-        ),
+        recorder: crate::events::recorder(client.clone(), "statefulset-controller", identity),
     });
     let controller = Controller::for_shared_stream(
         counted(sets.changes, queue.clone(), |set: &StatefulSet| {

@@ -10,15 +10,15 @@ use k8s_openapi::api::core::v1::{
     PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, Volume,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 
 use super::Context;
 use crate::error::Result;
-use crate::podtemplate::{controller_reference, pod_from_template};
-use crate::revisions::{holds, revision_for, template_of, REVISION_HASH};
+use crate::podtemplate::{controller_reference, delete_exact, pod_from_template};
+use crate::revisions::{history, template_of, REVISION_HASH};
 use rudder_facts::owners::is_controlled_by;
 use rudder_facts::pods::{is_ready, is_terminal};
 
@@ -62,39 +62,17 @@ pub async fn reconcile(set: Arc<StatefulSet>, context: Arc<Context>) -> Result<A
         |object: &ObjectMeta| object.namespace.as_deref() == Some(namespace.as_str());
 
     // Revisions: the one holding the template now is the update revision.
-    let mut revisions: Vec<Arc<ControllerRevision>> = context
-        .revisions
-        .state()
-        .into_iter()
-        .filter(|r| in_namespace(&r.metadata) && is_controlled_by(&r.metadata, &uid))
-        .collect();
-    revisions.sort_by_key(|r| r.revision);
-    let update = match revisions.iter().rev().find(|r| holds(r, &spec.template)) {
-        Some(revision) => revision.clone(),
-        None => {
-            let number = revisions.last().map_or(0, |r| r.revision) + 1;
-            let collisions = set.status.as_ref().and_then(|s| s.collision_count);
-            let Some((revision, _)) =
-                revision_for(set.as_ref(), &spec.template, collisions, number)
-            else {
-                return Ok(Action::await_change());
-            };
-            let created = Api::<ControllerRevision>::namespaced(context.client.clone(), &namespace)
-                .create(&PostParams::default(), &revision)
-                .await;
-            match created {
-                Ok(created) => {
-                    let created = Arc::new(created);
-                    revisions.push(created.clone());
-                    created
-                }
-                // Someone wrote it first, or a hash collision: look again on the next sync.
-                Err(kube::Error::Api(status)) if status.code == 409 => {
-                    return Ok(Action::requeue(std::time::Duration::from_millis(200)))
-                }
-                Err(error) => return Err(error.into()),
-            }
-        }
+    let collisions = set.status.as_ref().and_then(|s| s.collision_count);
+    let Some((revisions, update)) = history(
+        &context.client,
+        &context.revisions,
+        set.as_ref(),
+        &spec.template,
+        collisions,
+    )
+    .await?
+    else {
+        return Ok(Action::requeue(std::time::Duration::from_millis(200)));
     };
     let update_hash = revision_hash(&update).unwrap_or_default().to_string();
     let previous = set.status.clone().unwrap_or_default();
@@ -432,31 +410,20 @@ async fn scaled_down_claims(context: &Context, set: &StatefulSet, pod: &Pod) -> 
 }
 
 async fn delete_pod(context: &Context, api: &Api<Pod>, set: &StatefulSet, pod: &Pod) -> Result<()> {
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: pod.uid(),
-            resource_version: None,
-        }),
-        ..DeleteParams::default()
-    };
-    match api.delete(&pod.name_any(), &params).await {
-        Ok(_) => {
-            publish(
-                context,
-                set,
-                "SuccessfulDelete",
-                format!(
-                    "delete Pod {} in StatefulSet {} successful",
-                    pod.name_any(),
-                    set.name_any()
-                ),
-            )
-            .await;
-            Ok(())
-        }
-        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
-        Err(error) => Err(error.into()),
+    if delete_exact(api, &pod.name_any(), pod.uid(), None).await? {
+        publish(
+            context,
+            set,
+            "SuccessfulDelete",
+            format!(
+                "delete Pod {} in StatefulSet {} successful",
+                pod.name_any(),
+                set.name_any()
+            ),
+        )
+        .await;
     }
+    Ok(())
 }
 
 /// Deletes old revisions beyond `revisionHistoryLimit` that no pod uses.
