@@ -6,13 +6,17 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
-use k8s_openapi::api as k8s;
+use crate::kinds::{
+    apps, authorization, batch, config, coordination, discovery, events, namespace, networking,
+    node, pod, policy, quota, rbac, replication_controller, scheduling, service, volumes, Strategy,
+};
+use crate::tables::Printer;
 
 /// Turns a decoded body into its canonical form by a round trip through the typed struct:
 /// unknown fields are dropped, types are checked. Errors are serde's message.
 pub type Canonicalize = fn(Value) -> Result<Value, String>;
 
-fn typed<T: DeserializeOwned + Serialize>(value: Value) -> Result<Value, String> {
+pub(crate) fn typed<T: DeserializeOwned + Serialize>(value: Value) -> Result<Value, String> {
     let object: T = serde_json::from_value(value).map_err(|error| error.to_string())?;
     serde_json::to_value(object).map_err(|error| error.to_string())
 }
@@ -27,7 +31,7 @@ pub struct Subresource {
 }
 
 /// One served resource.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub struct ResourceInfo {
     pub group: &'static str,
     pub version: &'static str,
@@ -43,6 +47,21 @@ pub struct ResourceInfo {
     pub storage_prefix: &'static str,
     /// How a body becomes canonical; `None` for kinds that are never stored.
     pub canonicalize: Option<Canonicalize>,
+    /// The kind's rules in the generic store.
+    pub strategy: &'static dyn Strategy,
+    /// How the kind prints as a Table.
+    pub printer: &'static dyn Printer,
+}
+
+impl std::fmt::Debug for ResourceInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResourceInfo")
+            .field("group", &self.group)
+            .field("version", &self.version)
+            .field("kind", &self.kind)
+            .field("plural", &self.plural)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ResourceInfo {
@@ -72,7 +91,7 @@ impl ResourceInfo {
     }
 }
 
-const ALL_VERBS: &[&str] = &[
+pub(crate) const ALL_VERBS: &[&str] = &[
     "create",
     "delete",
     "deletecollection",
@@ -82,15 +101,19 @@ const ALL_VERBS: &[&str] = &[
     "update",
     "watch",
 ];
-const NAMESPACE_VERBS: &[&str] = &[
+pub(crate) const NAMESPACE_VERBS: &[&str] = &[
     "create", "delete", "get", "list", "patch", "update", "watch",
 ];
-const CREATE_ONLY: &[&str] = &["create"];
-const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
-const ALL: &[&str] = &["all"];
-const NONE: &[&str] = &[];
+pub(crate) const CREATE_ONLY: &[&str] = &["create"];
+pub(crate) const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
+pub(crate) const ALL: &[&str] = &["all"];
+pub(crate) const NONE: &[&str] = &[];
 
-const fn status_of(group: &'static str, version: &'static str, kind: &'static str) -> Subresource {
+pub(crate) const fn status_of(
+    group: &'static str,
+    version: &'static str,
+    kind: &'static str,
+) -> Subresource {
     Subresource {
         name: "status",
         kind: (group, version, kind),
@@ -98,16 +121,19 @@ const fn status_of(group: &'static str, version: &'static str, kind: &'static st
     }
 }
 
-const SCALE: Subresource = Subresource {
+pub(crate) const SCALE: Subresource = Subresource {
     name: "scale",
     kind: ("autoscaling", "v1", "Scale"),
     verbs: STATUS_VERBS,
 };
 
+/// A stored resource served with every verb: its names, scope, subresources, storage prefix,
+/// typed struct, strategy and printer.
 macro_rules! resource {
     ($group:expr, $version:expr, $kind:expr, $plural:expr, $singular:expr, $namespaced:expr,
-     short: $short:expr, categories: $cat:expr, sub: $sub:expr, prefix: $prefix:expr, $ty:ty) => {
-        ResourceInfo {
+     short: $short:expr, categories: $cat:expr, sub: $sub:expr, prefix: $prefix:expr, $ty:ty,
+     strategy: $strategy:expr, printer: $printer:expr) => {
+        $crate::catalog::ResourceInfo {
             group: $group,
             version: $version,
             kind: $kind,
@@ -116,118 +142,68 @@ macro_rules! resource {
             namespaced: $namespaced,
             short_names: $short,
             categories: $cat,
-            verbs: ALL_VERBS,
+            verbs: $crate::catalog::ALL_VERBS,
             subresources: $sub,
             storage_prefix: $prefix,
-            canonicalize: Some(typed::<$ty>),
+            canonicalize: Some($crate::catalog::typed::<$ty>),
+            strategy: $strategy,
+            printer: $printer,
         }
     };
 }
+pub(crate) use resource;
 
-/// Every resource we serve, in discovery order within each group.
+/// Every resource we serve, in discovery order within each group. Each entry lives with its
+/// kind's rules in `kinds/`; adding a built-in kind is that file and one line here.
 pub static RESOURCES: &[ResourceInfo] = &[
     // core/v1
-    // Namespaces have no deletecollection, as upstream.
-    ResourceInfo {
-        verbs: NAMESPACE_VERBS,
-        ..resource!("", "v1", "Namespace", "namespaces", "namespace", false, short: &["ns"], categories: NONE,
-        sub: &[status_of("", "v1", "Namespace"), Subresource { name: "finalize", kind: ("", "v1", "Namespace"), verbs: &["update"] }],
-        prefix: "/registry/namespaces", k8s::core::v1::Namespace)
-    },
-    resource!("", "v1", "Pod", "pods", "pod", true, short: &["po"], categories: ALL,
-        sub: &[status_of("", "v1", "Pod"), Subresource { name: "binding", kind: ("", "v1", "Binding"), verbs: CREATE_ONLY }],
-        prefix: "/registry/pods", k8s::core::v1::Pod),
-    resource!("", "v1", "Service", "services", "service", true, short: &["svc"], categories: ALL,
-        sub: &[status_of("", "v1", "Service")], prefix: "/registry/services/specs", k8s::core::v1::Service),
-    resource!("", "v1", "Endpoints", "endpoints", "endpoints", true, short: &["ep"], categories: NONE,
-        sub: &[], prefix: "/registry/services/endpoints", k8s::core::v1::Endpoints),
-    resource!("", "v1", "ConfigMap", "configmaps", "configmap", true, short: &["cm"], categories: NONE,
-        sub: &[], prefix: "/registry/configmaps", k8s::core::v1::ConfigMap),
-    resource!("", "v1", "Secret", "secrets", "secret", true, short: NONE, categories: NONE,
-        sub: &[], prefix: "/registry/secrets", k8s::core::v1::Secret),
-    resource!("", "v1", "ServiceAccount", "serviceaccounts", "serviceaccount", true, short: &["sa"], categories: NONE,
-        sub: &[], prefix: "/registry/serviceaccounts", k8s::core::v1::ServiceAccount),
-    resource!("", "v1", "Node", "nodes", "node", false, short: &["no"], categories: NONE,
-        sub: &[status_of("", "v1", "Node")], prefix: "/registry/minions", k8s::core::v1::Node),
-    resource!("", "v1", "Event", "events", "event", true, short: &["ev"], categories: NONE,
-        sub: &[], prefix: "/registry/events", k8s::core::v1::Event),
-    resource!("", "v1", "LimitRange", "limitranges", "limitrange", true, short: &["limits"], categories: NONE,
-        sub: &[], prefix: "/registry/limitranges", k8s::core::v1::LimitRange),
-    resource!("", "v1", "ResourceQuota", "resourcequotas", "resourcequota", true, short: &["quota"], categories: NONE,
-        sub: &[status_of("", "v1", "ResourceQuota")], prefix: "/registry/resourcequotas", k8s::core::v1::ResourceQuota),
-    resource!("", "v1", "PersistentVolume", "persistentvolumes", "persistentvolume", false, short: &["pv"], categories: NONE,
-        sub: &[status_of("", "v1", "PersistentVolume")], prefix: "/registry/persistentvolumes", k8s::core::v1::PersistentVolume),
-    resource!("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", "persistentvolumeclaim", true, short: &["pvc"], categories: NONE,
-        sub: &[status_of("", "v1", "PersistentVolumeClaim")], prefix: "/registry/persistentvolumeclaims", k8s::core::v1::PersistentVolumeClaim),
-    resource!("", "v1", "ReplicationController", "replicationcontrollers", "replicationcontroller", true, short: &["rc"], categories: ALL,
-        sub: &[SCALE, status_of("", "v1", "ReplicationController")], prefix: "/registry/controllers", k8s::core::v1::ReplicationController),
-    resource!("", "v1", "PodTemplate", "podtemplates", "podtemplate", true, short: NONE, categories: NONE,
-        sub: &[], prefix: "/registry/podtemplates", k8s::core::v1::PodTemplate),
+    namespace::NAMESPACES,
+    pod::PODS,
+    service::SERVICES,
+    service::ENDPOINTS,
+    config::CONFIG_MAPS,
+    config::SECRETS,
+    config::SERVICE_ACCOUNTS,
+    node::NODES,
+    events::CORE_EVENTS,
+    quota::LIMIT_RANGES,
+    quota::RESOURCE_QUOTAS,
+    volumes::PERSISTENT_VOLUMES,
+    volumes::PERSISTENT_VOLUME_CLAIMS,
+    replication_controller::REPLICATION_CONTROLLERS,
+    pod::POD_TEMPLATES,
     // apps/v1
-    resource!("apps", "v1", "Deployment", "deployments", "deployment", true, short: &["deploy"], categories: ALL,
-        sub: &[SCALE, status_of("apps", "v1", "Deployment")], prefix: "/registry/deployments", k8s::apps::v1::Deployment),
-    resource!("apps", "v1", "ReplicaSet", "replicasets", "replicaset", true, short: &["rs"], categories: ALL,
-        sub: &[SCALE, status_of("apps", "v1", "ReplicaSet")], prefix: "/registry/replicasets", k8s::apps::v1::ReplicaSet),
-    resource!("apps", "v1", "StatefulSet", "statefulsets", "statefulset", true, short: &["sts"], categories: ALL,
-        sub: &[SCALE, status_of("apps", "v1", "StatefulSet")], prefix: "/registry/statefulsets", k8s::apps::v1::StatefulSet),
-    resource!("apps", "v1", "DaemonSet", "daemonsets", "daemonset", true, short: &["ds"], categories: ALL,
-        sub: &[status_of("apps", "v1", "DaemonSet")], prefix: "/registry/daemonsets", k8s::apps::v1::DaemonSet),
-    resource!("apps", "v1", "ControllerRevision", "controllerrevisions", "controllerrevision", true, short: NONE, categories: NONE,
-        sub: &[], prefix: "/registry/controllerrevisions", k8s::apps::v1::ControllerRevision),
+    apps::DEPLOYMENTS,
+    apps::REPLICA_SETS,
+    apps::STATEFUL_SETS,
+    apps::DAEMON_SETS,
+    apps::CONTROLLER_REVISIONS,
     // batch/v1
-    resource!("batch", "v1", "Job", "jobs", "job", true, short: NONE, categories: ALL,
-        sub: &[status_of("batch", "v1", "Job")], prefix: "/registry/jobs", k8s::batch::v1::Job),
-    resource!("batch", "v1", "CronJob", "cronjobs", "cronjob", true, short: &["cj"], categories: ALL,
-        sub: &[status_of("batch", "v1", "CronJob")], prefix: "/registry/cronjobs", k8s::batch::v1::CronJob),
+    batch::JOBS,
+    batch::CRON_JOBS,
     // coordination.k8s.io/v1
-    resource!("coordination.k8s.io", "v1", "Lease", "leases", "lease", true, short: NONE, categories: NONE,
-        sub: &[], prefix: "/registry/leases", k8s::coordination::v1::Lease),
+    coordination::LEASES,
     // discovery.k8s.io/v1
-    resource!("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", "endpointslice", true, short: NONE, categories: NONE,
-        sub: &[], prefix: "/registry/endpointslices", k8s::discovery::v1::EndpointSlice),
+    discovery::ENDPOINT_SLICES,
     // events.k8s.io/v1
-    resource!("events.k8s.io", "v1", "Event", "events", "event", true, short: &["ev"], categories: NONE,
-        sub: &[], prefix: "/registry/events.k8s.io/events", k8s::events::v1::Event),
+    events::EVENTS,
     // rbac.authorization.k8s.io/v1
-    resource!("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", "clusterrole", false, short: NONE, categories: NONE,
-        sub: &[], prefix: "/registry/clusterroles", k8s::rbac::v1::ClusterRole),
-    resource!("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", false, short: NONE, categories: NONE,
-        sub: &[], prefix: "/registry/clusterrolebindings", k8s::rbac::v1::ClusterRoleBinding),
-    resource!("rbac.authorization.k8s.io", "v1", "Role", "roles", "role", true, short: NONE, categories: NONE,
-        sub: &[], prefix: "/registry/roles", k8s::rbac::v1::Role),
-    resource!("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", "rolebinding", true, short: NONE, categories: NONE,
-        sub: &[], prefix: "/registry/rolebindings", k8s::rbac::v1::RoleBinding),
+    rbac::CLUSTER_ROLES,
+    rbac::CLUSTER_ROLE_BINDINGS,
+    rbac::ROLES,
+    rbac::ROLE_BINDINGS,
     // networking.k8s.io/v1
-    resource!("networking.k8s.io", "v1", "IngressClass", "ingressclasses", "ingressclass", false, short: NONE, categories: NONE,
-        sub: &[], prefix: "/registry/ingressclasses", k8s::networking::v1::IngressClass),
-    resource!("networking.k8s.io", "v1", "Ingress", "ingresses", "ingress", true, short: &["ing"], categories: NONE,
-        sub: &[status_of("networking.k8s.io", "v1", "Ingress")], prefix: "/registry/ingress", k8s::networking::v1::Ingress),
-    resource!("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", "networkpolicy", true, short: &["netpol"], categories: NONE,
-        sub: &[], prefix: "/registry/networkpolicies", k8s::networking::v1::NetworkPolicy),
+    networking::INGRESS_CLASSES,
+    networking::INGRESSES,
+    networking::NETWORK_POLICIES,
     // policy/v1
-    resource!("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", "poddisruptionbudget", true, short: &["pdb"], categories: NONE,
-        sub: &[status_of("policy", "v1", "PodDisruptionBudget")], prefix: "/registry/poddisruptionbudgets", k8s::policy::v1::PodDisruptionBudget),
+    policy::POD_DISRUPTION_BUDGETS,
     // storage.k8s.io/v1
-    resource!("storage.k8s.io", "v1", "StorageClass", "storageclasses", "storageclass", false, short: &["sc"], categories: NONE,
-        sub: &[], prefix: "/registry/storageclasses", k8s::storage::v1::StorageClass),
+    volumes::STORAGE_CLASSES,
     // scheduling.k8s.io/v1
-    resource!("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", "priorityclass", false, short: &["pc"], categories: NONE,
-        sub: &[], prefix: "/registry/priorityclasses", k8s::scheduling::v1::PriorityClass),
+    scheduling::PRIORITY_CLASSES,
     // authorization.k8s.io/v1: answered by the authorizer, never stored
-    ResourceInfo {
-        group: "authorization.k8s.io",
-        version: "v1",
-        kind: "SelfSubjectAccessReview",
-        plural: "selfsubjectaccessreviews",
-        singular: "selfsubjectaccessreview",
-        namespaced: false,
-        short_names: NONE,
-        categories: NONE,
-        verbs: CREATE_ONLY,
-        subresources: &[],
-        storage_prefix: "",
-        canonicalize: None,
-    },
+    authorization::SELF_SUBJECT_ACCESS_REVIEWS,
 ];
 
 /// The API groups in discovery order (core first), each with its one served version.

@@ -2,8 +2,9 @@
 //!
 //! A request goes: TLS accept (`tls`, client certificate captured) → authentication
 //! (`authn`: x509, token file) → authorization (`authz`) → decoding (`codec`: JSON, YAML,
-//! protobuf via `protobuf`) → the registry (`registry`: one generic store; per-kind rules in
-//! `defaults`, `validation` and the registry's strategy; admission from `rudder-admission`) →
+//! protobuf via `protobuf`) → the registry (`registry`: one generic store; each kind's rules in
+//! its file under `kinds`, which draw on `defaults`, `validation` and `tables`; admission from
+//! `rudder-admission`) →
 //! encoding (objects, Tables from `tables`, watch streams) → a response, with every failure
 //! a `Status` body mapped once in `error`. What is served is one table, `catalog`.
 //!
@@ -20,6 +21,7 @@ pub mod data_dir;
 pub mod defaults;
 pub mod error;
 pub mod http;
+pub mod kinds;
 pub mod limits;
 pub mod openapi;
 pub mod patch;

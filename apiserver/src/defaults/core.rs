@@ -3,55 +3,54 @@
 
 use serde_json::{json, Map, Value};
 
-use super::pod::{default_pod, default_template};
+use super::pod::default_template;
 use super::{ensure_obj, get_obj, is_empty, objs_mut, set_if_absent, set_str_if_empty};
 
-/// Dispatches to the core kind's defaults.
-pub fn apply(kind: &str, obj: &mut Value) {
-    match kind {
-        "Pod" => default_pod(obj),
-        "PodTemplate" => default_template(obj, "template"),
-        "ReplicationController" => default_rc(obj),
-        "Service" => default_service(obj),
-        "Secret" => default_secret(obj),
-        "Namespace" => default_namespace(obj),
-        "PersistentVolume" => {
-            if let Some(spec) = ensure_obj(obj, "spec") {
-                set_str_if_empty(spec, "persistentVolumeReclaimPolicy", "Retain");
-                set_if_absent(spec, "volumeMode", json!("Filesystem"));
-                if let Some(h) = get_obj(spec, "hostPath") {
-                    set_if_absent(h, "type", json!(""));
-                }
-            }
-            if let Some(status) = ensure_obj(obj, "status") {
-                set_str_if_empty(status, "phase", "Pending");
+/// PodTemplate: its template, as a pod's.
+pub fn default_pod_template(obj: &mut Value) {
+    default_template(obj, "template");
+}
+
+/// PersistentVolume: reclaim policy, volume mode, hostPath type and a Pending phase.
+pub fn default_pv(obj: &mut Value) {
+    if let Some(spec) = ensure_obj(obj, "spec") {
+        set_str_if_empty(spec, "persistentVolumeReclaimPolicy", "Retain");
+        set_if_absent(spec, "volumeMode", json!("Filesystem"));
+        if let Some(h) = get_obj(spec, "hostPath") {
+            set_if_absent(h, "type", json!(""));
+        }
+    }
+    if let Some(status) = ensure_obj(obj, "status") {
+        set_str_if_empty(status, "phase", "Pending");
+    }
+}
+
+/// Endpoints: each port's protocol.
+pub fn default_endpoints(obj: &mut Value) {
+    for subset in objs_mut(obj, "subsets") {
+        for p in objs_mut(subset, "ports") {
+            set_str_if_empty(p, "protocol", "TCP");
+        }
+    }
+}
+
+/// Node: allocatable defaults to capacity.
+pub fn default_node(obj: &mut Value) {
+    if let Some(status) = get_obj(obj, "status") {
+        if is_empty(status, "allocatable") {
+            if let Some(cap) = status.get("capacity").filter(|c| c.is_object()).cloned() {
+                set_if_absent(status, "allocatable", cap);
             }
         }
-        "PersistentVolumeClaim" => default_pvc(obj),
-        "Endpoints" => {
-            for subset in objs_mut(obj, "subsets") {
-                for p in objs_mut(subset, "ports") {
-                    set_str_if_empty(p, "protocol", "TCP");
-                }
-            }
+    }
+}
+
+/// LimitRange: each container item's default and defaultRequest.
+pub fn default_limit_range(obj: &mut Value) {
+    if let Some(spec) = get_obj(obj, "spec") {
+        for item in objs_mut(spec, "limits") {
+            default_limit_range_item(item);
         }
-        "Node" => {
-            if let Some(status) = get_obj(obj, "status") {
-                if is_empty(status, "allocatable") {
-                    if let Some(cap) = status.get("capacity").filter(|c| c.is_object()).cloned() {
-                        set_if_absent(status, "allocatable", cap);
-                    }
-                }
-            }
-        }
-        "LimitRange" => {
-            if let Some(spec) = get_obj(obj, "spec") {
-                for item in objs_mut(spec, "limits") {
-                    default_limit_range_item(item);
-                }
-            }
-        }
-        _ => {}
     }
 }
 
@@ -65,7 +64,7 @@ pub fn default_pvc(obj: &mut Value) {
     }
 }
 
-fn default_rc(obj: &mut Value) {
+pub fn default_rc(obj: &mut Value) {
     let labels = obj
         .pointer("/spec/template/metadata/labels")
         .filter(|l| l.is_object())
@@ -91,7 +90,7 @@ fn default_rc(obj: &mut Value) {
     }
 }
 
-fn default_service(obj: &mut Value) {
+pub fn default_service(obj: &mut Value) {
     let Some(spec) = ensure_obj(obj, "spec") else {
         return;
     };
@@ -193,7 +192,7 @@ fn base64(data: &[u8]) -> String {
     out
 }
 
-fn default_secret(obj: &mut Value) {
+pub fn default_secret(obj: &mut Value) {
     set_str_if_empty(obj, "type", "Opaque");
     // The v1 -> internal conversion folds stringData into data (stringData wins).
     let string_data = match obj.get("stringData") {
@@ -210,7 +209,7 @@ fn default_secret(obj: &mut Value) {
     }
 }
 
-fn default_namespace(obj: &mut Value) {
+pub fn default_namespace(obj: &mut Value) {
     let name = obj
         .pointer("/metadata/name")
         .and_then(Value::as_str)
@@ -266,7 +265,7 @@ fn default_limit_range_item(item: &mut Value) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::apply;
+    use super::super::tests::apply;
     use serde_json::{json, Value};
 
     fn defaulted(kind: &str, mut v: Value) -> Value {

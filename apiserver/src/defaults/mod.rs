@@ -6,22 +6,10 @@
 
 use serde_json::{Map, Value};
 
-mod core;
-mod other;
-mod pod;
-mod workloads;
-
-/// Fills in upstream's defaults for `group` ("" = core) / `kind`, in place.
-pub fn apply(group: &str, kind: &str, obj: &mut Value) {
-    if !obj.is_object() {
-        return;
-    }
-    match group {
-        "" => core::apply(kind, obj),
-        "apps" | "batch" => workloads::apply(group, kind, obj),
-        _ => other::apply(group, kind, obj),
-    }
-}
+pub mod core;
+pub mod other;
+pub mod pod;
+pub mod workloads;
 
 /// The object at `parent[key]`, created when absent or null; None when it has another type.
 fn ensure_obj<'a>(parent: &'a mut Value, key: &str) -> Option<&'a mut Value> {
@@ -90,9 +78,17 @@ fn is_empty(obj: &Value, key: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Defaults an object of a served kind as the store does.
+    pub(crate) fn apply(group: &str, kind: &str, obj: &mut Value) {
+        let info = crate::catalog::by_kind(group, kind).expect("a served kind");
+        if obj.is_object() {
+            info.strategy.default(obj);
+        }
+    }
 
     #[test]
     fn helpers_treat_go_zero_values_as_unset() {
@@ -150,10 +146,6 @@ mod tests {
             ("rbac.authorization.k8s.io", "RoleBinding"),
             ("storage.k8s.io", "StorageClass"),
             ("discovery.k8s.io", "EndpointSlice"),
-            (
-                "admissionregistration.k8s.io",
-                "ValidatingWebhookConfiguration",
-            ),
         ];
         for (g, k) in kinds {
             for s in &shapes {

@@ -8,64 +8,64 @@ use super::{ensure_obj, get_obj, is_empty, objs_mut, set_if_absent, set_str_if_e
 
 const RBAC: &str = "rbac.authorization.k8s.io";
 
-/// Dispatches to the kind's defaults.
-pub fn apply(group: &str, kind: &str, obj: &mut Value) {
-    match (group, kind) {
-        ("networking.k8s.io", "NetworkPolicy") => default_network_policy(obj),
-        (RBAC, "RoleBinding" | "ClusterRoleBinding") => {
-            if let Some(rr) = get_obj(obj, "roleRef") {
-                set_str_if_empty(rr, "apiGroup", RBAC);
-            }
-            for s in objs_mut(obj, "subjects") {
-                if is_empty(s, "apiGroup") {
-                    match s.get("kind").and_then(Value::as_str) {
-                        Some("ServiceAccount") => set_if_absent(s, "apiGroup", json!("")),
-                        Some("User" | "Group") => s["apiGroup"] = json!(RBAC),
-                        _ => {}
-                    }
-                }
+/// RoleBinding and ClusterRoleBinding: the API groups of the role and of each subject.
+pub fn default_binding(obj: &mut Value) {
+    if let Some(rr) = get_obj(obj, "roleRef") {
+        set_str_if_empty(rr, "apiGroup", RBAC);
+    }
+    for s in objs_mut(obj, "subjects") {
+        if is_empty(s, "apiGroup") {
+            match s.get("kind").and_then(Value::as_str) {
+                Some("ServiceAccount") => set_if_absent(s, "apiGroup", json!("")),
+                Some("User" | "Group") => s["apiGroup"] = json!(RBAC),
+                _ => {}
             }
         }
-        ("storage.k8s.io", "StorageClass") => {
-            set_if_absent(obj, "reclaimPolicy", json!("Delete"));
-            set_if_absent(obj, "volumeBindingMode", json!("Immediate"));
-        }
-        ("storage.k8s.io", "CSIDriver") => {
-            if let Some(spec) = ensure_obj(obj, "spec") {
-                set_if_absent(spec, "attachRequired", json!(true));
-                set_if_absent(spec, "podInfoOnMount", json!(false));
-                set_if_absent(spec, "storageCapacity", json!(false));
-                set_if_absent(spec, "fsGroupPolicy", json!("ReadWriteOnceWithFSType"));
-                set_if_absent(spec, "requiresRepublish", json!(false));
-                if is_empty(spec, "volumeLifecycleModes") {
-                    spec["volumeLifecycleModes"] = json!(["Persistent"]);
-                }
-                set_if_absent(spec, "seLinuxMount", json!(false));
-            }
-        }
-        ("scheduling.k8s.io", "PriorityClass") => {
-            set_if_absent(obj, "preemptionPolicy", json!("PreemptLowerPriority"));
-        }
-        ("discovery.k8s.io", "EndpointSlice") => {
-            for p in objs_mut(obj, "ports") {
-                set_if_absent(p, "name", json!(""));
-                set_if_absent(p, "protocol", json!("TCP"));
-            }
-        }
-        (
-            "admissionregistration.k8s.io",
-            "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration",
-        ) => {
-            let mutating = kind == "MutatingWebhookConfiguration";
-            for w in objs_mut(obj, "webhooks") {
-                default_webhook(w, mutating);
-            }
-        }
-        _ => {}
     }
 }
 
-fn default_network_policy(obj: &mut Value) {
+/// StorageClass: reclaim policy and binding mode.
+pub fn default_storage_class(obj: &mut Value) {
+    set_if_absent(obj, "reclaimPolicy", json!("Delete"));
+    set_if_absent(obj, "volumeBindingMode", json!("Immediate"));
+}
+
+/// CSIDriver (not served yet): upstream's spec defaults.
+pub fn default_csi_driver(obj: &mut Value) {
+    if let Some(spec) = ensure_obj(obj, "spec") {
+        set_if_absent(spec, "attachRequired", json!(true));
+        set_if_absent(spec, "podInfoOnMount", json!(false));
+        set_if_absent(spec, "storageCapacity", json!(false));
+        set_if_absent(spec, "fsGroupPolicy", json!("ReadWriteOnceWithFSType"));
+        set_if_absent(spec, "requiresRepublish", json!(false));
+        if is_empty(spec, "volumeLifecycleModes") {
+            spec["volumeLifecycleModes"] = json!(["Persistent"]);
+        }
+        set_if_absent(spec, "seLinuxMount", json!(false));
+    }
+}
+
+/// PriorityClass: the preemption policy.
+pub fn default_priority_class(obj: &mut Value) {
+    set_if_absent(obj, "preemptionPolicy", json!("PreemptLowerPriority"));
+}
+
+/// EndpointSlice: each port's name and protocol.
+pub fn default_endpoint_slice(obj: &mut Value) {
+    for p in objs_mut(obj, "ports") {
+        set_if_absent(p, "name", json!(""));
+        set_if_absent(p, "protocol", json!("TCP"));
+    }
+}
+
+/// Validating and mutating webhook configurations (not served yet): each webhook's defaults.
+pub fn default_webhook_configuration(obj: &mut Value, mutating: bool) {
+    for w in objs_mut(obj, "webhooks") {
+        default_webhook(w, mutating);
+    }
+}
+
+pub fn default_network_policy(obj: &mut Value) {
     let Some(spec) = ensure_obj(obj, "spec") else {
         return;
     };
@@ -106,7 +106,7 @@ fn default_webhook(w: &mut Value, mutating: bool) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::apply;
+    use super::super::tests::apply;
     use serde_json::{json, Value};
 
     fn defaulted(group: &str, kind: &str, mut v: Value) -> Value {
@@ -171,11 +171,8 @@ mod tests {
             es["ports"],
             json!([{"port": 80, "name": "", "protocol": "TCP"}])
         );
-        let wh = defaulted(
-            "admissionregistration.k8s.io",
-            "MutatingWebhookConfiguration",
-            json!({"webhooks": [{"name": "w", "rules": [{}]}]}),
-        );
+        let mut wh = json!({"webhooks": [{"name": "w", "rules": [{}]}]});
+        super::default_webhook_configuration(&mut wh, true);
         assert_eq!(wh["webhooks"][0]["reinvocationPolicy"], json!("Never"));
         assert_eq!(wh["webhooks"][0]["rules"][0]["scope"], json!("*"));
         let lease = defaulted("coordination.k8s.io", "Lease", json!({"spec": {}}));

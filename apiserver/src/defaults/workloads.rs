@@ -7,25 +7,15 @@ use super::core::default_pvc;
 use super::pod::default_template;
 use super::{ensure_obj, is_empty, objs_mut, set_if_absent, set_str_if_empty};
 
-/// Dispatches to the apps/batch kind's defaults.
-pub fn apply(group: &str, kind: &str, obj: &mut Value) {
-    match (group, kind) {
-        ("apps", "Deployment") => default_deployment(obj),
-        ("apps", "ReplicaSet") => {
-            if let Some(spec) = ensure_obj(obj, "spec") {
-                set_if_absent(spec, "replicas", json!(1));
-                default_template(spec, "template");
-            }
-        }
-        ("apps", "StatefulSet") => default_statefulset(obj),
-        ("apps", "DaemonSet") => default_daemonset(obj),
-        ("batch", "Job") => default_job(obj),
-        ("batch", "CronJob") => default_cronjob(obj),
-        _ => {}
+/// ReplicaSet: one replica and its pod template.
+pub fn default_replicaset(obj: &mut Value) {
+    if let Some(spec) = ensure_obj(obj, "spec") {
+        set_if_absent(spec, "replicas", json!(1));
+        default_template(spec, "template");
     }
 }
 
-fn default_deployment(obj: &mut Value) {
+pub fn default_deployment(obj: &mut Value) {
     let Some(spec) = ensure_obj(obj, "spec") else {
         return;
     };
@@ -44,7 +34,7 @@ fn default_deployment(obj: &mut Value) {
     default_template(spec, "template");
 }
 
-fn default_statefulset(obj: &mut Value) {
+pub fn default_statefulset(obj: &mut Value) {
     let Some(spec) = ensure_obj(obj, "spec") else {
         return;
     };
@@ -69,7 +59,7 @@ fn default_statefulset(obj: &mut Value) {
     default_template(spec, "template");
 }
 
-fn default_daemonset(obj: &mut Value) {
+pub fn default_daemonset(obj: &mut Value) {
     let Some(spec) = ensure_obj(obj, "spec") else {
         return;
     };
@@ -86,7 +76,7 @@ fn default_daemonset(obj: &mut Value) {
     default_template(spec, "template");
 }
 
-fn default_job(obj: &mut Value) {
+pub fn default_job(obj: &mut Value) {
     let labels = obj
         .pointer("/spec/template/metadata/labels")
         .filter(|l| l.as_object().is_some_and(|m| !m.is_empty()))
@@ -134,7 +124,7 @@ fn default_job(obj: &mut Value) {
     }
 }
 
-fn default_cronjob(obj: &mut Value) {
+pub fn default_cronjob(obj: &mut Value) {
     let Some(spec) = ensure_obj(obj, "spec") else {
         return;
     };
@@ -149,7 +139,7 @@ fn default_cronjob(obj: &mut Value) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::apply;
+    use super::super::tests::apply;
     use serde_json::{json, Value};
 
     fn defaulted(group: &str, kind: &str, mut v: Value) -> Value {

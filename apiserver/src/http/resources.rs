@@ -15,6 +15,7 @@ use crate::authz::{self, Decision};
 use crate::codec::{self, Output};
 use crate::error::{ApiError, Result};
 use crate::patch;
+use crate::patch::strategic::Ty;
 use crate::registry::{self, DeleteOptions, Preconditions, Write};
 use crate::request::{self, ApiPath, ListOptions, Query, RequestInfo, Verb, WriteOptions};
 
@@ -398,7 +399,7 @@ async fn resource(
             if sub == Some("scale") {
                 let answer = registry
                     .update_scale(resource, namespace, name, &write, |current| {
-                        patch::apply(kind, "autoscaling", "Scale", current, &document)
+                        patch::apply(kind, Ty::Object, current, &document)
                     })
                     .await?;
                 return Ok(respond::object(
@@ -471,9 +472,7 @@ async fn resource(
             let result = registry
                 .delete(resource, namespace, name, &options, &write)
                 .await?;
-            let returns_object = !result.finished
-                || (resource.group.is_empty()
-                    && matches!(resource.kind, "Pod" | "Service" | "Namespace"));
+            let returns_object = !result.finished || resource.strategy.delete_returns_object();
             if returns_object {
                 Ok(respond::object(
                     resource,

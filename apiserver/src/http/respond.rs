@@ -10,7 +10,6 @@ use crate::catalog::ResourceInfo;
 use crate::codec::{self, Format, Output};
 use crate::error::{ApiError, Result};
 use crate::registry::ListResult;
-use crate::tables;
 
 /// `includeObject` on Table requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,7 +42,7 @@ fn partial_metadata(object: &Value) -> Value {
 
 /// One Table row.
 fn row(info: &ResourceInfo, object: &Value, include: IncludeObject, now: jiff::Timestamp) -> Value {
-    let mut row = json!({"cells": tables::cells(info.group, info.kind, object, now)});
+    let mut row = json!({"cells": info.printer.cells(object, now)});
     match include {
         IncludeObject::None => {}
         IncludeObject::Metadata => row["object"] = partial_metadata(object),
@@ -53,7 +52,7 @@ fn row(info: &ResourceInfo, object: &Value, include: IncludeObject, now: jiff::T
 }
 
 fn column_definitions(info: &ResourceInfo) -> Value {
-    serde_json::to_value(tables::columns(info.group, info.kind)).unwrap_or_else(|_| json!([]))
+    serde_json::to_value(info.printer.columns()).unwrap_or_else(|_| json!([]))
 }
 
 /// A Table of objects.

@@ -5,7 +5,11 @@
 use serde_json::Value;
 
 use super::*;
-use crate::patch::strategic::field_strategy;
+use crate::patch::strategic::{root_of, FieldStrategy};
+
+fn field_strategy(group: &str, kind: &str, path: &[&str]) -> Option<FieldStrategy> {
+    crate::patch::strategic::field_strategy(root_of(group, kind), path)
+}
 
 fn doc(path: &str) -> Value {
     let (bytes, _) = v3_document(path).expect("document served");

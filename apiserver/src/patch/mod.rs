@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::catalog::ResourceInfo;
 use crate::error::{ApiError, Cause, Result};
+use crate::patch::strategic::Ty;
 use crate::registry::{object, Registry, Write, Written};
 
 /// The patch types, by their content types.
@@ -121,14 +122,8 @@ fn patch_failed(message: String) -> ApiError {
     )
 }
 
-/// Applies a parsed patch to an object of group/kind.
-pub fn apply(
-    kind: PatchKind,
-    group: &str,
-    object_kind: &str,
-    current: &Value,
-    document: &Document,
-) -> Result<Value> {
+/// Applies a parsed patch to an object whose strategic-merge schema is `schema`.
+pub fn apply(kind: PatchKind, schema: Ty, current: &Value, document: &Document) -> Result<Value> {
     let mut target = current.clone();
     match (kind, document) {
         (PatchKind::Json, Document::Json(patch)) => {
@@ -139,16 +134,15 @@ pub fn apply(
             json_patch::merge(&mut target, patch);
             Ok(target)
         }
-        (PatchKind::Strategic, Document::Object(patch)) => {
-            strategic::apply(group, object_kind, current, patch).map_err(|error| {
+        (PatchKind::Strategic, Document::Object(patch)) => strategic::apply(schema, current, patch)
+            .map_err(|error| {
                 let message = error.to_string();
                 if error.http_status() == 422 {
                     patch_failed(message)
                 } else {
                     ApiError::bad_request(message)
                 }
-            })
-        }
+            }),
         _ => Err(ApiError::bad_request(
             "the patch does not match its content type",
         )),
@@ -191,7 +185,6 @@ async fn server_side_apply(
     force: bool,
 ) -> Result<Written> {
     let manager = write.field_manager.clone().unwrap_or_default();
-    let api_version = info.api_version();
     let mut write = write.clone();
     write.managed_fields_set = true;
     let mut warnings = Vec::new();
@@ -201,9 +194,7 @@ async fn server_side_apply(
             object::remove_meta(&mut base, "resourceVersion");
             let merged = off_the_reactor(|| {
                 apply::apply(
-                    info.group,
-                    info.kind,
-                    &api_version,
+                    info,
                     Some(&base),
                     applied,
                     &manager,
@@ -225,18 +216,8 @@ async fn server_side_apply(
             Ok(written)
         }
         Err(error) if error.code == 404 && error.reason == "NotFound" && subresource.is_none() => {
-            let created = apply::apply(
-                info.group,
-                info.kind,
-                &api_version,
-                None,
-                applied,
-                &manager,
-                force,
-                None,
-                &object::now(),
-            )
-            .map_err(apply_failed)?;
+            let created = apply::apply(info, None, applied, &manager, force, None, &object::now())
+                .map_err(apply_failed)?;
             let mut input = created;
             if object::name(&input).is_empty() {
                 object::set_meta(&mut input, "name", name);
@@ -294,7 +275,7 @@ pub async fn patch(
                 object::remove_meta(&mut base, "resourceVersion");
             }
             let mut patched =
-                off_the_reactor(|| apply(kind, info.group, info.kind, &base, document))?;
+                off_the_reactor(|| apply(kind, info.strategy.merge_schema(), &base, document))?;
             if kind == PatchKind::Json
                 && object::meta_str(&patched, "resourceVersion")
                     == object::meta_str(current, "resourceVersion")
@@ -339,7 +320,7 @@ mod tests {
         .expect("parses");
         let current = json!({"data": {"a": "y"}});
         let error =
-            apply(PatchKind::Json, "", "ConfigMap", &current, &document).expect_err("test fails");
+            apply(PatchKind::Json, Ty::Object, &current, &document).expect_err("test fails");
         assert_eq!(error.code, 422);
     }
 
@@ -351,8 +332,7 @@ mod tests {
         )
         .expect("parses");
         let current = json!({"metadata": {"labels": {"a": "1"}}, "list": [1, 2]});
-        let patched =
-            apply(PatchKind::Merge, "", "ConfigMap", &current, &document).expect("applies");
+        let patched = apply(PatchKind::Merge, Ty::Object, &current, &document).expect("applies");
         assert_eq!(
             patched,
             json!({"metadata": {"labels": {"b": "2"}}, "list": [3]})

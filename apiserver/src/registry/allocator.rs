@@ -77,7 +77,7 @@ pub struct Allocators {
 pub struct Allocation(Vec<u8>);
 
 fn is_service(info: &ResourceInfo) -> bool {
-    info.group.is_empty() && info.kind == "Service"
+    info.strategy.allocates_service_addresses()
 }
 
 fn wants_cluster_ip(service: &Value) -> bool {

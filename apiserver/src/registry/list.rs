@@ -12,7 +12,7 @@ use super::Registry;
 use crate::catalog::ResourceInfo;
 use crate::error::{ApiError, Result};
 use crate::request::{ListOptions, VersionMatch};
-use crate::selectors::{self, FieldSelector, LabelSelector};
+use crate::selectors::{self, FieldSelector, FieldSet, LabelSelector};
 
 /// Rows read from storage per round trip when selectors filter a page.
 const FILTERED_BATCH: i64 = 500;
@@ -79,8 +79,8 @@ pub fn decode_continue(token: &str) -> Result<(i64, String)> {
 pub(super) struct Filter {
     pub labels: LabelSelector,
     pub fields: FieldSelector,
-    group: &'static str,
-    kind: &'static str,
+    /// The kind's field selector rules.
+    field_set: &'static FieldSet,
 }
 
 impl Filter {
@@ -89,13 +89,13 @@ impl Filter {
             .map_err(|error| ApiError::bad_request(error.to_string()))?;
         let fields = FieldSelector::parse(&options.field_selector)
             .map_err(|error| ApiError::bad_request(error.to_string()))?;
-        selectors::check_supported(info.group, info.kind, &fields)
+        let field_set = info.strategy.fields();
+        selectors::check_supported(field_set, &fields)
             .map_err(|error| ApiError::bad_request(error.to_string()))?;
         Ok(Self {
             labels,
             fields,
-            group: info.group,
-            kind: info.kind,
+            field_set,
         })
     }
 
@@ -110,7 +110,7 @@ impl Filter {
         self.fields.is_empty()
             || self
                 .fields
-                .matches(&selectors::selectable_fields(self.group, self.kind, object))
+                .matches(&selectors::selectable_fields(self.field_set, object))
     }
 }
 

@@ -12,6 +12,7 @@ use super::{storable, strategy, Caller, Registry, Write, Written};
 use crate::catalog::ResourceInfo;
 use crate::codec;
 use crate::error::{ApiError, Result};
+use crate::kinds::Hold;
 use crate::request::FieldValidation;
 
 /// How many times a write that lost a compare-and-swap race is retried.
@@ -121,9 +122,7 @@ impl Registry {
                 .await?;
             if !write.managed_fields_set {
                 crate::patch::apply::track_update(
-                    info.group,
-                    info.kind,
-                    &info.api_version(),
+                    info,
                     None,
                     &mut object,
                     write.manager(),
@@ -251,9 +250,7 @@ impl Registry {
             }
             if !write.managed_fields_set {
                 crate::patch::apply::track_update(
-                    info.group,
-                    info.kind,
-                    &info.api_version(),
+                    info,
                     Some(&unchanged),
                     &mut object,
                     write.manager(),
@@ -477,12 +474,7 @@ impl Registry {
 /// Whether something still holds a deleting object: its finalizers (and, for a namespace,
 /// the finalizers in its spec).
 fn holds_deletion(info: &ResourceInfo, object: &Value) -> bool {
-    !object::finalizers(object).is_empty()
-        || (info.group.is_empty()
-            && info.kind == "Namespace"
-            && object["spec"]["finalizers"]
-                .as_array()
-                .is_some_and(|f| !f.is_empty()))
+    !object::finalizers(object).is_empty() || info.strategy.holds_deletion(object)
 }
 
 /// Checks a body against the URL: kind and apiVersion, namespace, name.
@@ -639,39 +631,24 @@ fn pending_deletion(
         }
         _ => {}
     }
-    let is_namespace = info.group.is_empty()
-        && info.kind == "Namespace"
-        && current["spec"]["finalizers"]
-            .as_array()
-            .is_some_and(|f| !f.is_empty());
-    let bound_pod_grace = (info.group.is_empty() && info.kind == "Pod")
-        .then(|| {
-            let bound = current["spec"]["nodeName"]
-                .as_str()
-                .is_some_and(|n| !n.is_empty());
-            let grace = options
-                .grace_period_seconds
-                .or_else(|| current["spec"]["terminationGracePeriodSeconds"].as_i64())
-                .unwrap_or(30);
-            (bound
-                && grace > 0
-                && current["status"]["phase"] != "Succeeded"
-                && current["status"]["phase"] != "Failed")
-                .then_some(grace)
-        })
-        .flatten();
-    if finalizers.is_empty() && !is_namespace && bound_pod_grace.is_none() {
+    let hold = info
+        .strategy
+        .deletion_hold(current, options.grace_period_seconds);
+    if finalizers.is_empty() && hold.is_none() {
         return None;
     }
-    if is_namespace && !object::is_deleting(current) {
-        marked["status"] = json!({"phase": "Terminating"});
+    if hold == Some(Hold::Finalizers) && !object::is_deleting(current) {
+        info.strategy.begin_deletion(&mut marked);
     }
     let metadata = metadata_mut(&mut marked);
     if !finalizers.is_empty() {
         metadata.insert("finalizers".into(), json!(finalizers));
     }
     if !metadata.contains_key("deletionTimestamp") {
-        let grace = bound_pod_grace.unwrap_or(0);
+        let grace = match hold {
+            Some(Hold::Grace(seconds)) => seconds,
+            _ => 0,
+        };
         let when = jiff::Timestamp::now()
             .checked_add(jiff::SignedDuration::from_secs(grace))
             .unwrap_or_else(|_| jiff::Timestamp::now());
@@ -680,8 +657,6 @@ fn pending_deletion(
             when.strftime("%Y-%m-%dT%H:%M:%SZ").to_string().into(),
         );
         metadata.insert("deletionGracePeriodSeconds".into(), grace.into());
-    } else if bound_pod_grace.is_none() && finalizers.is_empty() && !is_namespace {
-        return None;
     }
     Some(marked)
 }

@@ -2,62 +2,16 @@
 //! change (spec through the resource, status through `/status`), when the generation moves,
 //! and the bridge to defaulting and validation.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::object::{self, metadata_mut};
 use crate::catalog::ResourceInfo;
 use crate::error::{ApiError, Cause, Result};
-use crate::{defaults, validation};
-
-/// Kinds whose `metadata.generation` counts spec changes (upstream's strategies set it).
-fn uses_generation(info: &ResourceInfo) -> bool {
-    matches!(
-        (info.group, info.kind),
-        ("apps", _)
-            | ("batch", _)
-            | ("", "ReplicationController")
-            | ("networking.k8s.io", "Ingress" | "NetworkPolicy")
-            | ("policy", "PodDisruptionBudget")
-    ) && info.kind != "ControllerRevision"
-}
+use crate::validation;
 
 /// Whether the main resource ignores status changes (it has a `/status` subresource).
 fn has_status_subresource(info: &ResourceInfo) -> bool {
     info.subresource("status").is_some()
-}
-
-/// Upstream's pod QoS class from container requests and limits.
-fn qos_class(pod: &Value) -> &'static str {
-    let containers: Vec<&Value> = ["containers", "initContainers"]
-        .iter()
-        .filter_map(|list| pod["spec"][list].as_array())
-        .flatten()
-        .collect();
-    let mut any_resources = false;
-    let mut guaranteed = true;
-    for container in &containers {
-        let requests = container["resources"]["requests"].as_object();
-        let limits = container["resources"]["limits"].as_object();
-        if requests.is_some_and(|r| !r.is_empty()) || limits.is_some_and(|l| !l.is_empty()) {
-            any_resources = true;
-        }
-        for resource in ["cpu", "memory"] {
-            let limit = limits.and_then(|limits| limits.get(resource));
-            let request = requests
-                .and_then(|requests| requests.get(resource))
-                .or(limit);
-            if limit.is_none() || request != limit {
-                guaranteed = false;
-            }
-        }
-    }
-    if !any_resources {
-        "BestEffort"
-    } else if guaranteed && !containers.is_empty() {
-        "Guaranteed"
-    } else {
-        "Burstable"
-    }
 }
 
 /// Resets what a client may not set on create.
@@ -76,37 +30,15 @@ pub(super) fn prepare_for_create(info: &ResourceInfo, object: &mut Value) {
     }
     metadata.insert("uid".into(), uuid::Uuid::new_v4().to_string().into());
     metadata.insert("creationTimestamp".into(), object::now().into());
-    if uses_generation(info) {
+    if info.strategy.uses_generation() {
         metadata.insert("generation".into(), 1.into());
     }
-    match (info.group, info.kind) {
-        ("", "Pod") => {
-            let qos = qos_class(object);
-            object["status"] = json!({"phase": "Pending", "qosClass": qos});
+    if has_status_subresource(info) && !info.strategy.keeps_status_on_create() {
+        if let Some(map) = object.as_object_mut() {
+            map.remove("status");
         }
-        ("", "Namespace") => {
-            object["status"] = json!({"phase": "Active"});
-            let mut finalizers: Vec<Value> = object["spec"]["finalizers"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            if !finalizers.iter().any(|f| f == "kubernetes") {
-                finalizers.push(json!("kubernetes"));
-            }
-            object["spec"] = json!({"finalizers": finalizers});
-        }
-        ("", "PersistentVolume" | "PersistentVolumeClaim") => {
-            object["status"] = json!({"phase": "Pending"})
-        }
-        // The kubelet registers its node with a status.
-        ("", "Node") => {}
-        _ if has_status_subresource(info) => {
-            if let Some(map) = object.as_object_mut() {
-                map.remove("status");
-            }
-        }
-        _ => {}
     }
+    info.strategy.prepare_for_create(object);
 }
 
 /// Carries over what an update may not change and moves the generation.
@@ -144,14 +76,7 @@ pub(super) fn prepare_for_update(
             }
         }
     }
-    if info.group.is_empty() && info.kind == "Service" {
-        keep_allocated(new, old);
-    }
-    if info.group.is_empty() && info.kind == "Namespace" && subresource != Some("finalize") {
-        // As upstream: `spec.finalizers` changes only through `namespaces/{name}/finalize`,
-        // or a namespace could be deleted with its content left behind in storage.
-        keep_namespace_finalizers(new, old);
-    }
+    info.strategy.prepare_for_update(new, old, subresource);
     let old_meta = old.get("metadata").cloned().unwrap_or(Value::Null);
     let metadata = metadata_mut(new);
     for field in [
@@ -167,67 +92,17 @@ pub(super) fn prepare_for_update(
         };
     }
     metadata.remove("selfLink");
-    if uses_generation(info) && object::spec_part(new) != object::spec_part(old) {
+    if info.strategy.uses_generation() && object::spec_part(new) != object::spec_part(old) {
         let generation = old_meta["generation"].as_i64().unwrap_or(0) + 1;
         metadata_mut(new).insert("generation".into(), generation.into());
     }
 }
 
-/// Puts the stored namespace's `spec.finalizers` back on an update through the main resource.
-fn keep_namespace_finalizers(new: &mut Value, old: &Value) {
-    let kept = old
-        .get("spec")
-        .and_then(|spec| spec.get("finalizers"))
-        .cloned();
-    if !new.get("spec").is_some_and(Value::is_object) {
-        if kept.is_none() {
-            return;
-        }
-        new["spec"] = json!({});
-    }
-    if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
-        match kept {
-            Some(finalizers) => spec.insert("finalizers".into(), finalizers),
-            None => spec.remove("finalizers"),
-        };
-    }
-}
-
-/// A Service update that leaves out what was allocated keeps it, as upstream does: the
-/// ClusterIP(s) and the NodePort of each port still there.
-fn keep_allocated(new: &mut Value, old: &Value) {
-    let unset = |value: &Value| value.is_null() || value.as_str() == Some("");
-    if unset(&new["spec"]["clusterIP"]) && !unset(&old["spec"]["clusterIP"]) {
-        new["spec"]["clusterIP"] = old["spec"]["clusterIP"].clone();
-        if new["spec"]["clusterIPs"]
-            .as_array()
-            .is_none_or(Vec::is_empty)
-        {
-            new["spec"]["clusterIPs"] = old["spec"]["clusterIPs"].clone();
-        }
-    }
-    let old_ports = old["spec"]["ports"].as_array().cloned().unwrap_or_default();
-    if let Some(ports) = new["spec"]["ports"].as_array_mut() {
-        for port in ports {
-            if !port["nodePort"].is_null() {
-                continue;
-            }
-            let protocol = |p: &Value| p["protocol"].as_str().unwrap_or("TCP").to_string();
-            if let Some(previous) = old_ports
-                .iter()
-                .find(|o| o["port"] == port["port"] && protocol(o) == protocol(port))
-            {
-                if !previous["nodePort"].is_null() {
-                    port["nodePort"] = previous["nodePort"].clone();
-                }
-            }
-        }
-    }
-}
-
 /// Fills in upstream's defaults.
 pub(super) fn default(info: &ResourceInfo, object: &mut Value) {
-    defaults::apply(info.group, info.kind, object);
+    if object.is_object() {
+        info.strategy.default(object);
+    }
 }
 
 /// Validates a create or update; failures are 422 Invalid with one cause per field. A
@@ -242,7 +117,7 @@ pub(super) fn validate(
     if subresource == Some("binding") {
         return Ok(());
     }
-    let errors = validation::validate(info.group, info.kind, info.namespaced, object, old);
+    let errors = validation::validate(info, object, old);
     if errors.is_empty() {
         return Ok(());
     }
@@ -266,6 +141,7 @@ pub(super) fn validate(
 mod tests {
     use super::*;
     use crate::catalog;
+    use serde_json::json;
 
     #[test]
     fn pods_start_pending_with_their_qos_class() {

@@ -6,20 +6,21 @@
 //!   and error wording.
 //! - [`FieldSelector`] follows `fields.ParseSelector`: `k=v`, `k==v`, `k!=v`, comma = AND,
 //!   backslash escapes in values. A field an object does not have reads as `""`.
-//! - [`selectable_fields`] and [`check_supported`] hold the per-kind tables: which fields a kind
-//!   exposes to field selectors (upstream's `GetAttrs`/`ToSelectableFields`) and which ones a
-//!   request may name (upstream's field label conversion funcs, with their exact error text).
+//! - [`FieldSet`] is one kind's field selector rules (each kind declares its own under
+//!   `kinds/`): which fields it exposes (upstream's `GetAttrs`/`ToSelectableFields`) and which
+//!   ones a request may name (upstream's field label conversion funcs, with their exact error
+//!   text); [`selectable_fields`] and [`check_supported`] apply them.
 //!
 //! Every error's `Display` is the message upstream puts in the 400 `BadRequest` Status.
 
 mod field;
-mod fields_by_kind;
+pub mod field_set;
 mod label;
 mod label_lexer;
 mod validate;
 
 pub use field::FieldSelector;
-pub use fields_by_kind::{check_supported, selectable_fields};
+pub use field_set::{check_supported, selectable_fields, FieldSet, Fields, Refusal, METADATA_ONLY};
 pub use label::LabelSelector;
 
 /// Why a selector was rejected. `Display` is upstream's message for the 400 `BadRequest` Status.

@@ -7,19 +7,26 @@ use super::format::{
     age, age_col, arr, at, col, container_cells, format_labels, format_selector, i, name, name_col,
     opt_b, opt_i, s, selector_string, wide, CONTAINERS_DESC, IMAGES_DESC,
 };
-use super::Column;
+use super::{Column, Printer};
 
 const READY_DESC: &str = "Ready pods out of the desired number of replicas.";
 const DESIRED_DESC: &str = "The desired number of replicas.";
 const CURRENT_DESC: &str = "The most recently observed number of replicas.";
 
-pub fn columns(kind: &str) -> Option<Vec<Column>> {
-    let containers = || wide("Containers", "string", CONTAINERS_DESC);
-    let images = || wide("Images", "string", IMAGES_DESC);
-    let cols =
-        match kind {
-            "Deployment" => {
-                vec![
+fn containers() -> Column {
+    wide("Containers", "string", CONTAINERS_DESC)
+}
+
+fn images() -> Column {
+    wide("Images", "string", IMAGES_DESC)
+}
+
+/// The table of Deployments.
+pub struct DeploymentTable;
+
+impl Printer for DeploymentTable {
+    fn columns(&self) -> Vec<Column> {
+        vec![
             name_col(),
             col("Ready", "string", READY_DESC),
             col(
@@ -35,111 +42,66 @@ pub fn columns(kind: &str) -> Option<Vec<Column>> {
             age_col(),
             containers(),
             images(),
-            wide("Selector", "string", "The label selector for the deployment's pods."),
+            wide(
+                "Selector",
+                "string",
+                "The label selector for the deployment's pods.",
+            ),
         ]
-            }
-            "ReplicaSet" => vec![
-                name_col(),
-                col("Desired", "integer", DESIRED_DESC),
-                col("Current", "integer", CURRENT_DESC),
-                col(
-                    "Ready",
-                    "integer",
-                    "How many of the replica set's replicas are ready.",
-                ),
-                age_col(),
-                containers(),
-                images(),
-                wide(
-                    "Selector",
-                    "string",
-                    "A label query over the pods the replica count covers.",
-                ),
-            ],
-            "StatefulSet" => vec![
-                name_col(),
-                col("Ready", "string", READY_DESC),
-                age_col(),
-                containers(),
-                images(),
-            ],
-            "DaemonSet" => vec![
-                name_col(),
-                col(
-                    "Desired",
-                    "integer",
-                    "How many nodes should run the daemon pod.",
-                ),
-                col(
-                    "Current",
-                    "integer",
-                    "How many nodes that should run the daemon pod run at least one.",
-                ),
-                col("Ready", "integer", "How many nodes run a ready daemon pod."),
-                col(
-                    "Up-to-date",
-                    "integer",
-                    "How many nodes run an updated daemon pod.",
-                ),
-                col(
-                    "Available",
-                    "integer",
-                    "How many nodes run a daemon pod that has been ready for minReadySeconds.",
-                ),
-                col(
-                    "Node Selector",
-                    "string",
-                    "Labels a node must have for the pod to fit on it.",
-                ),
-                age_col(),
-                containers(),
-                images(),
-                wide(
-                    "Selector",
-                    "string",
-                    "A label query over the pods the daemon set manages.",
-                ),
-            ],
-            "ControllerRevision" => vec![
-                name_col(),
-                col(
-                    "Controller",
-                    "string",
-                    "The object that controls this revision.",
-                ),
-                col(
-                    "Revision",
-                    "string",
-                    "The revision number of the state this object holds.",
-                ),
-                age_col(),
-            ],
-            _ => return None,
-        };
-    Some(cols)
+    }
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        let n = Value::from(name(obj));
+        let desired = || opt_i(obj, &["spec", "replicas"]).unwrap_or(1);
+        let ready = || i(obj, &["status", "readyReplicas"]);
+        let (names, images) = container_cells(at(obj, &["spec", "template", "spec"]));
+
+        let selector = selector_string(at(obj, &["spec", "selector"]))
+            .unwrap_or_else(|()| "<invalid>".to_string());
+        vec![
+            n,
+            format!("{}/{}", ready(), desired()).into(),
+            i(obj, &["status", "updatedReplicas"]).into(),
+            i(obj, &["status", "availableReplicas"]).into(),
+            age(obj, now),
+            names,
+            images,
+            selector.into(),
+        ]
+    }
 }
 
-pub fn cells(kind: &str, obj: &Value, now: Timestamp) -> Option<Vec<Value>> {
-    let n = Value::from(name(obj));
-    let desired = || opt_i(obj, &["spec", "replicas"]).unwrap_or(1);
-    let ready = || i(obj, &["status", "readyReplicas"]);
-    let (names, images) = container_cells(at(obj, &["spec", "template", "spec"]));
-    let row = match kind {
-        "Deployment" => {
-            let selector = selector_string(at(obj, &["spec", "selector"]))
-                .unwrap_or_else(|()| "<invalid>".to_string());
-            vec![
-                n,
-                format!("{}/{}", ready(), desired()).into(),
-                i(obj, &["status", "updatedReplicas"]).into(),
-                i(obj, &["status", "availableReplicas"]).into(),
-                age(obj, now),
-                names,
-                images,
-                selector.into(),
-            ]
-        }
-        "ReplicaSet" => vec![
+/// The table of ReplicaSets.
+pub struct ReplicaSetTable;
+
+impl Printer for ReplicaSetTable {
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            name_col(),
+            col("Desired", "integer", DESIRED_DESC),
+            col("Current", "integer", CURRENT_DESC),
+            col(
+                "Ready",
+                "integer",
+                "How many of the replica set's replicas are ready.",
+            ),
+            age_col(),
+            containers(),
+            images(),
+            wide(
+                "Selector",
+                "string",
+                "A label query over the pods the replica count covers.",
+            ),
+        ]
+    }
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        let n = Value::from(name(obj));
+        let desired = || opt_i(obj, &["spec", "replicas"]).unwrap_or(1);
+        let ready = || i(obj, &["status", "readyReplicas"]);
+        let (names, images) = container_cells(at(obj, &["spec", "template", "spec"]));
+        vec![
             n,
             desired().into(),
             i(obj, &["status", "replicas"]).into(),
@@ -148,43 +110,136 @@ pub fn cells(kind: &str, obj: &Value, now: Timestamp) -> Option<Vec<Value>> {
             names,
             images,
             format_selector(obj, &["spec", "selector"]).into(),
-        ],
-        "StatefulSet" => {
-            vec![
-                n,
-                format!("{}/{}", ready(), desired()).into(),
-                age(obj, now),
-                names,
-                images,
-            ]
-        }
-        "DaemonSet" => {
-            let status = |f: &str| Value::from(i(obj, &["status", f]));
-            vec![
-                n,
-                status("desiredNumberScheduled"),
-                status("currentNumberScheduled"),
-                status("numberReady"),
-                status("updatedNumberScheduled"),
-                status("numberAvailable"),
-                format_labels(obj, &["spec", "template", "spec", "nodeSelector"]).into(),
-                age(obj, now),
-                names,
-                images,
-                format_selector(obj, &["spec", "selector"]).into(),
-            ]
-        }
-        "ControllerRevision" => {
-            vec![
-                n,
-                controller_of(obj).into(),
-                i(obj, &["revision"]).into(),
-                age(obj, now),
-            ]
-        }
-        _ => return None,
-    };
-    Some(row)
+        ]
+    }
+}
+
+/// The table of StatefulSets.
+pub struct StatefulSetTable;
+
+impl Printer for StatefulSetTable {
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            name_col(),
+            col("Ready", "string", READY_DESC),
+            age_col(),
+            containers(),
+            images(),
+        ]
+    }
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        let n = Value::from(name(obj));
+        let desired = || opt_i(obj, &["spec", "replicas"]).unwrap_or(1);
+        let ready = || i(obj, &["status", "readyReplicas"]);
+        let (names, images) = container_cells(at(obj, &["spec", "template", "spec"]));
+
+        vec![
+            n,
+            format!("{}/{}", ready(), desired()).into(),
+            age(obj, now),
+            names,
+            images,
+        ]
+    }
+}
+
+/// The table of DaemonSets.
+pub struct DaemonSetTable;
+
+impl Printer for DaemonSetTable {
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            name_col(),
+            col(
+                "Desired",
+                "integer",
+                "How many nodes should run the daemon pod.",
+            ),
+            col(
+                "Current",
+                "integer",
+                "How many nodes that should run the daemon pod run at least one.",
+            ),
+            col("Ready", "integer", "How many nodes run a ready daemon pod."),
+            col(
+                "Up-to-date",
+                "integer",
+                "How many nodes run an updated daemon pod.",
+            ),
+            col(
+                "Available",
+                "integer",
+                "How many nodes run a daemon pod that has been ready for minReadySeconds.",
+            ),
+            col(
+                "Node Selector",
+                "string",
+                "Labels a node must have for the pod to fit on it.",
+            ),
+            age_col(),
+            containers(),
+            images(),
+            wide(
+                "Selector",
+                "string",
+                "A label query over the pods the daemon set manages.",
+            ),
+        ]
+    }
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        let n = Value::from(name(obj));
+        let (names, images) = container_cells(at(obj, &["spec", "template", "spec"]));
+
+        let status = |f: &str| Value::from(i(obj, &["status", f]));
+        vec![
+            n,
+            status("desiredNumberScheduled"),
+            status("currentNumberScheduled"),
+            status("numberReady"),
+            status("updatedNumberScheduled"),
+            status("numberAvailable"),
+            format_labels(obj, &["spec", "template", "spec", "nodeSelector"]).into(),
+            age(obj, now),
+            names,
+            images,
+            format_selector(obj, &["spec", "selector"]).into(),
+        ]
+    }
+}
+
+/// The table of ControllerRevisions.
+pub struct ControllerRevisionTable;
+
+impl Printer for ControllerRevisionTable {
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            name_col(),
+            col(
+                "Controller",
+                "string",
+                "The object that controls this revision.",
+            ),
+            col(
+                "Revision",
+                "string",
+                "The revision number of the state this object holds.",
+            ),
+            age_col(),
+        ]
+    }
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        let n = Value::from(name(obj));
+
+        vec![
+            n,
+            controller_of(obj).into(),
+            i(obj, &["revision"]).into(),
+            age(obj, now),
+        ]
+    }
 }
 
 /// "kind.group/name" of the controlling owner, lower-cased like upstream; "<none>" if none.
@@ -221,8 +276,8 @@ mod tests {
         "2024-05-01T12:00:00Z".parse().unwrap()
     }
 
-    fn row(kind: &str, obj: Value) -> Vec<Value> {
-        cells(kind, &obj, now()).unwrap()
+    fn row(printer: &dyn Printer, obj: Value) -> Vec<Value> {
+        printer.cells(&obj, now())
     }
 
     fn template() -> Value {
@@ -236,7 +291,7 @@ mod tests {
                 "selector": {"matchLabels": {"app": "web"}}},
             "status": {"readyReplicas": 2, "updatedReplicas": 3, "availableReplicas": 2}});
         assert_eq!(
-            row("Deployment", obj),
+            row(&DeploymentTable, obj),
             [
                 json!("web"),
                 json!("2/3"),
@@ -252,7 +307,7 @@ mod tests {
 
     #[test]
     fn a_deployment_without_status_reads_zero_of_one() {
-        let r = row("Deployment", json!({}));
+        let r = row(&DeploymentTable, json!({}));
         assert_eq!(r[1..4], [json!("0/1"), json!(0), json!(0)]);
         assert_eq!(r[7], json!(""));
     }
@@ -262,17 +317,17 @@ mod tests {
         let obj = json!({"spec": {"replicas": 2, "template": template(),
                 "selector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["a"]}]}},
             "status": {"replicas": 2, "readyReplicas": 1}});
-        let r = row("ReplicaSet", obj);
+        let r = row(&ReplicaSetTable, obj);
         assert_eq!(r[1..4], [json!(2), json!(2), json!(1)]);
         assert_eq!(r[7], json!("app in (a)"));
-        assert_eq!(row("ReplicaSet", json!({}))[7], json!("<none>"));
+        assert_eq!(row(&ReplicaSetTable, json!({}))[7], json!("<none>"));
     }
 
     #[test]
     fn stateful_sets_show_ready_over_desired() {
         let obj = json!({"spec": {"replicas": 3, "template": template()},
                          "status": {"readyReplicas": 3}});
-        let r = row("StatefulSet", obj);
+        let r = row(&StatefulSetTable, obj);
         assert_eq!(r[1], json!("3/3"));
         assert_eq!(r.len(), 5);
     }
@@ -284,7 +339,7 @@ mod tests {
                 "selector": {"matchLabels": {"app": "agent"}}},
             "status": {"desiredNumberScheduled": 3, "currentNumberScheduled": 3, "numberReady": 2,
                 "updatedNumberScheduled": 3, "numberAvailable": 2}});
-        let r = row("DaemonSet", obj);
+        let r = row(&DaemonSetTable, obj);
         assert_eq!(
             r[1..7],
             [
@@ -307,11 +362,11 @@ mod tests {
         let obj = json!({"metadata": {"name": "web-5d8", "ownerReferences": [
                 {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web", "controller": true}]},
             "revision": 4});
-        let r = row("ControllerRevision", obj);
+        let r = row(&ControllerRevisionTable, obj);
         assert_eq!(r[1..3], [json!("statefulset.apps/web"), json!(4)]);
         let core_owner = json!({"metadata": {"ownerReferences": [
             {"apiVersion": "v1", "kind": "Pod", "name": "p", "controller": true}]}});
-        assert_eq!(row("ControllerRevision", core_owner)[1], json!("pod/p"));
-        assert_eq!(row("ControllerRevision", json!({}))[1], json!("<none>"));
+        assert_eq!(row(&ControllerRevisionTable, core_owner)[1], json!("pod/p"));
+        assert_eq!(row(&ControllerRevisionTable, json!({}))[1], json!("<none>"));
     }
 }

@@ -8,20 +8,16 @@ use super::format::{
     len_of, name, name_col, opt_b, opt_i, opt_s, s, since, time_at, wide, CONTAINERS_DESC,
     IMAGES_DESC,
 };
-use super::Column;
+use super::{Column, Printer};
 
 const SELECTOR_DESC: &str = "A label query over the pods the job's pod count covers.";
 
-pub fn columns(kind: &str) -> Option<Vec<Column>> {
-    let wide_tail = || {
+/// The table of Jobs.
+pub struct JobTable;
+
+impl Printer for JobTable {
+    fn columns(&self) -> Vec<Column> {
         vec![
-            wide("Containers", "string", CONTAINERS_DESC),
-            wide("Images", "string", IMAGES_DESC),
-            wide("Selector", "string", SELECTOR_DESC),
-        ]
-    };
-    let mut cols = match kind {
-        "Job" => vec![
             name_col(),
             col(
                 "Status",
@@ -39,8 +35,32 @@ pub fn columns(kind: &str) -> Option<Vec<Column>> {
                 "How long the job ran, or has been running so far.",
             ),
             age_col(),
-        ],
-        "CronJob" => vec![
+        ]
+        .into_iter()
+        .chain(wide_tail())
+        .collect()
+    }
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        vec![
+            Value::from(name(obj)),
+            job_status(obj).into(),
+            completions(obj).into(),
+            job_duration(obj, now).into(),
+            age(obj, now),
+        ]
+        .into_iter()
+        .chain(wide_cells(at(obj, &["spec"])))
+        .collect()
+    }
+}
+
+/// The table of CronJobs.
+pub struct CronJobTable;
+
+impl Printer for CronJobTable {
+    fn columns(&self) -> Vec<Column> {
+        vec![
             name_col(),
             col("Schedule", "string", "The schedule, in cron format."),
             col(
@@ -64,54 +84,52 @@ pub fn columns(kind: &str) -> Option<Vec<Column>> {
                 "When a job was last successfully scheduled.",
             ),
             age_col(),
-        ],
-        _ => return None,
-    };
-    cols.extend(wide_tail());
-    Some(cols)
+        ]
+        .into_iter()
+        .chain(wide_tail())
+        .collect()
+    }
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        let last = time_at(obj, &["status", "lastScheduleTime"]);
+        let suspend = match opt_b(obj, &["spec", "suspend"]) {
+            Some(true) => "True",
+            Some(false) => "False",
+            None => "<unset>",
+        };
+        vec![
+            Value::from(name(obj)),
+            s(obj, &["spec", "schedule"]).into(),
+            opt_s(obj, &["spec", "timeZone"]).unwrap_or("<none>").into(),
+            suspend.into(),
+            len_of(obj, &["status", "active"]).into(),
+            last.map_or_else(|| "<none>".to_string(), |t| since(Some(t), now))
+                .into(),
+            age(obj, now),
+        ]
+        .into_iter()
+        .chain(wide_cells(at(obj, &["spec", "jobTemplate", "spec"])))
+        .collect()
+    }
 }
 
-pub fn cells(kind: &str, obj: &Value, now: Timestamp) -> Option<Vec<Value>> {
-    let mut row = match kind {
-        "Job" => vec![
-            Value::from(name(obj)),
-            job_status(obj).into(),
-            completions(obj).into(),
-            job_duration(obj, now).into(),
-            age(obj, now),
-        ],
-        "CronJob" => {
-            let last = time_at(obj, &["status", "lastScheduleTime"]);
-            let suspend = match opt_b(obj, &["spec", "suspend"]) {
-                Some(true) => "True",
-                Some(false) => "False",
-                None => "<unset>",
-            };
-            vec![
-                Value::from(name(obj)),
-                s(obj, &["spec", "schedule"]).into(),
-                opt_s(obj, &["spec", "timeZone"]).unwrap_or("<none>").into(),
-                suspend.into(),
-                len_of(obj, &["status", "active"]).into(),
-                last.map_or_else(|| "<none>".to_string(), |t| since(Some(t), now))
-                    .into(),
-                age(obj, now),
-            ]
-        }
-        _ => return None,
-    };
-    let job_spec = if kind == "Job" {
-        at(obj, &["spec"])
-    } else {
-        at(obj, &["spec", "jobTemplate", "spec"])
-    };
+/// The wide columns both tables end with: the job's containers, images and selector.
+fn wide_tail() -> [Column; 3] {
+    [
+        wide("Containers", "string", CONTAINERS_DESC),
+        wide("Images", "string", IMAGES_DESC),
+        wide("Selector", "string", SELECTOR_DESC),
+    ]
+}
+
+/// The cells of [`wide_tail`], from a job spec.
+fn wide_cells(job_spec: Option<&Value>) -> [Value; 3] {
     let (names, images) = container_cells(job_spec.and_then(|j| at(j, &["template", "spec"])));
     let selector = job_spec.map_or_else(
         || "<none>".to_string(),
         |j| format_selector(j, &["selector"]),
     );
-    row.extend([names, images, selector.into()]);
-    Some(row)
+    [names, images, selector.into()]
 }
 
 fn has_condition(obj: &Value, ctype: &str) -> bool {
@@ -165,8 +183,8 @@ mod tests {
         "2024-05-01T12:00:00Z".parse().unwrap()
     }
 
-    fn row(kind: &str, obj: Value) -> Vec<Value> {
-        cells(kind, &obj, now()).unwrap()
+    fn row(printer: &dyn Printer, obj: Value) -> Vec<Value> {
+        printer.cells(&obj, now())
     }
 
     #[test]
@@ -178,7 +196,7 @@ mod tests {
                 "completionTime": "2024-05-01T11:00:42Z",
                 "conditions": [{"type": "Complete", "status": "True"}]}});
         assert_eq!(
-            row("Job", obj),
+            row(&JobTable, obj),
             [
                 json!("pi"),
                 json!("Complete"),
@@ -196,28 +214,28 @@ mod tests {
     fn a_running_job_counts_its_duration_up_to_now() {
         let obj = json!({"spec": {"parallelism": 3},
             "status": {"startTime": "2024-05-01T11:55:00Z"}});
-        let r = row("Job", obj);
+        let r = row(&JobTable, obj);
         assert_eq!(r[1..4], [json!("Running"), json!("0/1 of 3"), json!("5m")]);
     }
 
     #[test]
     fn job_status_prefers_failed_then_terminating_then_suspended() {
         let failed = json!({"status": {"conditions": [{"type": "Failed", "status": "True"}]}});
-        assert_eq!(row("Job", failed)[1], json!("Failed"));
+        assert_eq!(row(&JobTable, failed)[1], json!("Failed"));
         let deleting = json!({"metadata": {"deletionTimestamp": "2024-05-01T11:00:00Z"},
             "status": {"conditions": [{"type": "Suspended", "status": "True"}]}});
-        assert_eq!(row("Job", deleting)[1], json!("Terminating"));
+        assert_eq!(row(&JobTable, deleting)[1], json!("Terminating"));
         let suspended = json!({"status": {"conditions": [
             {"type": "Suspended", "status": "True"}, {"type": "Complete", "status": "False"}]}});
-        assert_eq!(row("Job", suspended)[1], json!("Suspended"));
+        assert_eq!(row(&JobTable, suspended)[1], json!("Suspended"));
         let target =
             json!({"status": {"conditions": [{"type": "FailureTarget", "status": "True"}]}});
-        assert_eq!(row("Job", target)[1], json!("FailureTarget"));
+        assert_eq!(row(&JobTable, target)[1], json!("FailureTarget"));
     }
 
     #[test]
     fn a_job_that_never_started_has_an_empty_duration() {
-        let r = row("Job", json!({}));
+        let r = row(&JobTable, json!({}));
         assert_eq!(r[2..4], [json!("0/1"), json!("")]);
         assert_eq!(r[7], json!("<none>"));
     }
@@ -230,7 +248,7 @@ mod tests {
                     "containers": [{"name": "backup", "image": "backup:1"}]}}}}},
             "status": {"active": [{"name": "nightly-1"}], "lastScheduleTime": "2024-05-01T09:00:00Z"}});
         assert_eq!(
-            row("CronJob", obj),
+            row(&CronJobTable, obj),
             [
                 json!("nightly"),
                 json!("0 3 * * *"),
@@ -248,7 +266,7 @@ mod tests {
 
     #[test]
     fn a_bare_cron_job_shows_none_and_unset() {
-        let r = row("CronJob", json!({"spec": {"schedule": "* * * * *"}}));
+        let r = row(&CronJobTable, json!({"spec": {"schedule": "* * * * *"}}));
         assert_eq!(
             r[2..6],
             [json!("<none>"), json!("<unset>"), json!(0), json!("<none>")]

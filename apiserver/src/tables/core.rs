@@ -11,16 +11,32 @@ use super::format::{
     age, age_col, arr, at, col, container_cells, format_labels, i, len_of, name, name_col, opt_i,
     opt_s, quantity, s, wide, CONTAINERS_DESC, IMAGES_DESC,
 };
-use super::Column;
+use super::{Column, Printer};
 
-pub fn columns(kind: &str) -> Option<Vec<Column>> {
-    let cols = match kind {
-        "Namespace" => vec![
+/// The table of Namespaces.
+pub struct NamespaceTable;
+
+impl Printer for NamespaceTable {
+    fn columns(&self) -> Vec<Column> {
+        vec![
             name_col(),
             col("Status", "string", "The namespace's lifecycle phase."),
             age_col(),
-        ],
-        "Node" => vec![
+        ]
+    }
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        let n = Value::from(name(obj));
+        vec![n, s(obj, &["status", "phase"]).into(), age(obj, now)]
+    }
+}
+
+/// The table of Nodes.
+pub struct NodeTable;
+
+impl Printer for NodeTable {
+    fn columns(&self) -> Vec<Column> {
+        vec![
             name_col(),
             col(
                 "Status",
@@ -51,8 +67,21 @@ pub fn columns(kind: &str) -> Option<Vec<Column>> {
                 "string",
                 "The container runtime and version the node reports, e.g. containerd://1.7.0.",
             ),
-        ],
-        "Service" => vec![
+        ]
+    }
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        let n = Value::from(name(obj));
+        node_cells(obj, n, now)
+    }
+}
+
+/// The table of Services.
+pub struct ServiceTable;
+
+impl Printer for ServiceTable {
+    fn columns(&self) -> Vec<Column> {
+        vec![
             name_col(),
             col(
                 "Type",
@@ -80,8 +109,29 @@ pub fn columns(kind: &str) -> Option<Vec<Column>> {
                 "Pods whose labels match this selector receive the service's traffic; when \
                  empty, endpoints are managed by something else.",
             ),
-        ],
-        "Endpoints" => vec![
+        ]
+    }
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        let n = Value::from(name(obj));
+        vec![
+            n,
+            service_type(obj).into(),
+            cluster_ip(obj).into(),
+            external_ip(obj).into(),
+            service_ports(obj).into(),
+            age(obj, now),
+            format_labels(obj, &["spec", "selector"]).into(),
+        ]
+    }
+}
+
+/// The table of Endpointss.
+pub struct EndpointsTable;
+
+impl Printer for EndpointsTable {
+    fn columns(&self) -> Vec<Column> {
+        vec![
             name_col(),
             col(
                 "Endpoints",
@@ -89,8 +139,21 @@ pub fn columns(kind: &str) -> Option<Vec<Column>> {
                 "The endpoints: the union of every subset's addresses and ports.",
             ),
             age_col(),
-        ],
-        "ConfigMap" => vec![
+        ]
+    }
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        let n = Value::from(name(obj));
+        vec![n, format_endpoints(obj).into(), age(obj, now)]
+    }
+}
+
+/// The table of ConfigMaps.
+pub struct ConfigMapTable;
+
+impl Printer for ConfigMapTable {
+    fn columns(&self) -> Vec<Column> {
+        vec![
             name_col(),
             col(
                 "Data",
@@ -98,8 +161,23 @@ pub fn columns(kind: &str) -> Option<Vec<Column>> {
                 "The number of configuration entries (data and binaryData).",
             ),
             age_col(),
-        ],
-        "Secret" => vec![
+        ]
+    }
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        let n = Value::from(name(obj));
+
+        let count = len_of(obj, &["data"]) + len_of(obj, &["binaryData"]);
+        vec![n, count.into(), age(obj, now)]
+    }
+}
+
+/// The table of Secrets.
+pub struct SecretTable;
+
+impl Printer for SecretTable {
+    fn columns(&self) -> Vec<Column> {
+        vec![
             name_col(),
             col(
                 "Type",
@@ -108,8 +186,28 @@ pub fn columns(kind: &str) -> Option<Vec<Column>> {
             ),
             col("Data", "string", "The number of secret data entries."),
             age_col(),
-        ],
-        "ServiceAccount" => vec![
+        ]
+    }
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        let n = Value::from(name(obj));
+
+        // The API defaults a missing type to Opaque.
+        vec![
+            n,
+            opt_s(obj, &["type"]).unwrap_or("Opaque").into(),
+            len_of(obj, &["data"]).into(),
+            age(obj, now),
+        ]
+    }
+}
+
+/// The table of ServiceAccounts.
+pub struct ServiceAccountTable;
+
+impl Printer for ServiceAccountTable {
+    fn columns(&self) -> Vec<Column> {
+        vec![
             name_col(),
             col(
                 "Secrets",
@@ -117,8 +215,21 @@ pub fn columns(kind: &str) -> Option<Vec<Column>> {
                 "Secrets in the same namespace that pods using this service account may use.",
             ),
             age_col(),
-        ],
-        "ResourceQuota" => vec![
+        ]
+    }
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        let n = Value::from(name(obj));
+        vec![n, len_of(obj, &["secrets"]).into(), age(obj, now)]
+    }
+}
+
+/// The table of ResourceQuotas.
+pub struct ResourceQuotaTable;
+
+impl Printer for ResourceQuotaTable {
+    fn columns(&self) -> Vec<Column> {
+        vec![
             name_col(),
             col(
                 "Request",
@@ -133,8 +244,23 @@ pub fn columns(kind: &str) -> Option<Vec<Column>> {
                  the contention on the node).",
             ),
             age_col(),
-        ],
-        "ReplicationController" => vec![
+        ]
+    }
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        let n = Value::from(name(obj));
+
+        let (request, limit) = quota_columns(obj);
+        vec![n, request.into(), limit.into(), age(obj, now)]
+    }
+}
+
+/// The table of ReplicationControllers.
+pub struct ReplicationControllerTable;
+
+impl Printer for ReplicationControllerTable {
+    fn columns(&self) -> Vec<Column> {
+        vec![
             name_col(),
             col("Desired", "integer", "The desired number of replicas."),
             col(
@@ -151,80 +277,54 @@ pub fn columns(kind: &str) -> Option<Vec<Column>> {
                 "string",
                 "A label query over the pods this controller manages.",
             ),
-        ],
-        "PodTemplate" => vec![
+        ]
+    }
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        let n = Value::from(name(obj));
+
+        let (names, images) = container_cells(at(obj, &["spec", "template", "spec"]));
+        vec![
+            n,
+            opt_i(obj, &["spec", "replicas"]).unwrap_or(1).into(),
+            i(obj, &["status", "replicas"]).into(),
+            i(obj, &["status", "readyReplicas"]).into(),
+            age(obj, now),
+            names,
+            images,
+            format_labels(obj, &["spec", "selector"]).into(),
+        ]
+    }
+}
+
+/// The table of PodTemplates.
+pub struct PodTemplateTable;
+
+impl Printer for PodTemplateTable {
+    fn columns(&self) -> Vec<Column> {
+        vec![
             name_col(),
             col("Containers", "string", CONTAINERS_DESC),
             col("Images", "string", IMAGES_DESC),
             col("Pod Labels", "string", "The labels of the pod template."),
-        ],
-        _ => return None,
-    };
-    Some(cols)
+        ]
+    }
+
+    fn cells(&self, obj: &Value, _now: Timestamp) -> Vec<Value> {
+        let n = Value::from(name(obj));
+
+        let (names, images) = container_cells(at(obj, &["template", "spec"]));
+        vec![
+            n,
+            names,
+            images,
+            format_labels(obj, &["template", "metadata", "labels"]).into(),
+        ]
+    }
 }
 
 const NODE_ADDR_DESC: &str =
     "Addresses the node can be reached at, as reported by the node or its cloud provider.";
-
-pub fn cells(kind: &str, obj: &Value, now: Timestamp) -> Option<Vec<Value>> {
-    let n = Value::from(name(obj));
-    let row = match kind {
-        "Namespace" => vec![n, s(obj, &["status", "phase"]).into(), age(obj, now)],
-        "Node" => node_cells(obj, n, now),
-        "Service" => vec![
-            n,
-            service_type(obj).into(),
-            cluster_ip(obj).into(),
-            external_ip(obj).into(),
-            service_ports(obj).into(),
-            age(obj, now),
-            format_labels(obj, &["spec", "selector"]).into(),
-        ],
-        "Endpoints" => vec![n, format_endpoints(obj).into(), age(obj, now)],
-        "ConfigMap" => {
-            let count = len_of(obj, &["data"]) + len_of(obj, &["binaryData"]);
-            vec![n, count.into(), age(obj, now)]
-        }
-        "Secret" => {
-            // The API defaults a missing type to Opaque.
-            vec![
-                n,
-                opt_s(obj, &["type"]).unwrap_or("Opaque").into(),
-                len_of(obj, &["data"]).into(),
-                age(obj, now),
-            ]
-        }
-        "ServiceAccount" => vec![n, len_of(obj, &["secrets"]).into(), age(obj, now)],
-        "ResourceQuota" => {
-            let (request, limit) = quota_columns(obj);
-            vec![n, request.into(), limit.into(), age(obj, now)]
-        }
-        "ReplicationController" => {
-            let (names, images) = container_cells(at(obj, &["spec", "template", "spec"]));
-            vec![
-                n,
-                opt_i(obj, &["spec", "replicas"]).unwrap_or(1).into(),
-                i(obj, &["status", "replicas"]).into(),
-                i(obj, &["status", "readyReplicas"]).into(),
-                age(obj, now),
-                names,
-                images,
-                format_labels(obj, &["spec", "selector"]).into(),
-            ]
-        }
-        "PodTemplate" => {
-            let (names, images) = container_cells(at(obj, &["template", "spec"]));
-            vec![
-                n,
-                names,
-                images,
-                format_labels(obj, &["template", "metadata", "labels"]).into(),
-            ]
-        }
-        _ => return None,
-    };
-    Some(row)
-}
 
 fn or_unknown(x: &str) -> Value {
     if x.is_empty() { "<unknown>" } else { x }.into()
@@ -422,8 +522,8 @@ mod tests {
         "2024-05-01T12:00:00Z".parse().unwrap()
     }
 
-    fn row(kind: &str, obj: Value) -> Vec<Value> {
-        cells(kind, &obj, now()).unwrap()
+    fn row(printer: &dyn Printer, obj: Value) -> Vec<Value> {
+        printer.cells(&obj, now())
     }
 
     const CREATED_3H: &str = "2024-05-01T09:00:00Z";
@@ -433,7 +533,7 @@ mod tests {
         let obj = json!({"metadata": {"name": "default", "creationTimestamp": CREATED_3H},
                          "status": {"phase": "Active"}});
         assert_eq!(
-            row("Namespace", obj),
+            row(&NamespaceTable, obj),
             [json!("default"), json!("Active"), json!("3h")]
         );
     }
@@ -450,7 +550,7 @@ mod tests {
                              "kernelVersion": "6.1", "containerRuntimeVersion": "containerd://2.0"}}
         });
         assert_eq!(
-            row("Node", obj),
+            row(&NodeTable, obj),
             [
                 json!("n1"),
                 json!("Ready,SchedulingDisabled"),
@@ -469,11 +569,11 @@ mod tests {
     #[test]
     fn a_bare_node_is_unknown_with_no_roles() {
         let r = row(
-            "Node",
+            &NodeTable,
             json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}}),
         );
         assert_eq!(r[1], json!("NotReady"));
-        let r = row("Node", json!({"metadata": {"name": "n"}}));
+        let r = row(&NodeTable, json!({"metadata": {"name": "n"}}));
         assert_eq!(r[1], json!("Unknown"));
         assert_eq!(r[2], json!("<none>"));
         assert_eq!(r[7], json!("<unknown>"));
@@ -486,7 +586,7 @@ mod tests {
                 "ports": [{"port": 80, "nodePort": 30080, "protocol": "TCP"}, {"port": 53, "protocol": "UDP"}],
                 "selector": {"app": "web"}}});
         assert_eq!(
-            row("Service", obj),
+            row(&ServiceTable, obj),
             [
                 json!("web"),
                 json!("NodePort"),
@@ -502,18 +602,18 @@ mod tests {
     #[test]
     fn load_balancers_are_pending_until_they_get_an_ingress() {
         let pending = json!({"spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}});
-        let r = row("Service", pending);
+        let r = row(&ServiceTable, pending);
         assert_eq!(r[3], json!("<pending>"));
         assert_eq!(r[2], json!("<none>"));
         assert_eq!(r[4], json!("80/TCP"));
         let ready = json!({"spec": {"type": "LoadBalancer", "externalIPs": ["9.9.9.9"]},
             "status": {"loadBalancer": {"ingress": [{"hostname": "lb.example"}, {"ip": "1.2.3.4"}]}}});
         assert_eq!(
-            row("Service", ready)[3],
+            row(&ServiceTable, ready)[3],
             json!("1.2.3.4,lb.example,9.9.9.9")
         );
         let ext = json!({"spec": {"type": "ExternalName", "externalName": "db.example"}});
-        let r = row("Service", ext);
+        let r = row(&ServiceTable, ext);
         assert_eq!(r[3], json!("db.example"));
         assert_eq!(r[4], json!("<none>"));
         assert_eq!(r[6], json!("<none>"));
@@ -525,23 +625,23 @@ mod tests {
             {"addresses": [{"ip": "10.0.0.1"}, {"ip": "10.0.0.2"}], "ports": [{"port": 80}, {"port": 443}]},
             {"addresses": [{"ip": "fd00::1"}]}]});
         assert_eq!(
-            row("Endpoints", obj)[1],
+            row(&EndpointsTable, obj)[1],
             json!("10.0.0.1:80,10.0.0.2:80,10.0.0.1:443 + 2 more...")
         );
         let v6 = json!({"subsets": [{"addresses": [{"ip": "fd00::1"}], "ports": [{"port": 80}]}]});
-        assert_eq!(row("Endpoints", v6)[1], json!("[fd00::1]:80"));
-        assert_eq!(row("Endpoints", json!({}))[1], json!("<none>"));
+        assert_eq!(row(&EndpointsTable, v6)[1], json!("[fd00::1]:80"));
+        assert_eq!(row(&EndpointsTable, json!({}))[1], json!("<none>"));
     }
 
     #[test]
     fn config_maps_secrets_and_service_accounts_count_entries_as_numbers() {
         let cm = json!({"data": {"a": "1"}, "binaryData": {"b": "AA=="}});
-        assert_eq!(row("ConfigMap", cm)[1], json!(2));
+        assert_eq!(row(&ConfigMapTable, cm)[1], json!(2));
         let secret = json!({"type": "Opaque", "data": {"a": "MQ=="}});
-        let r = row("Secret", secret);
+        let r = row(&SecretTable, secret);
         assert_eq!((r[1].clone(), r[2].clone()), (json!("Opaque"), json!(1)));
-        assert_eq!(row("ServiceAccount", json!({}))[1], json!(0));
-        assert_eq!(row("Secret", json!({}))[1], json!("Opaque"));
+        assert_eq!(row(&ServiceAccountTable, json!({}))[1], json!(0));
+        assert_eq!(row(&SecretTable, json!({}))[1], json!("Opaque"));
     }
 
     #[test]
@@ -549,7 +649,7 @@ mod tests {
         let obj = json!({"status": {
             "hard": {"pods": "10", "limits.cpu": "2", "requests.cpu": "1", "limits.memory": "1Gi"},
             "used": {"pods": "3", "limits.cpu": "500m"}}});
-        let r = row("ResourceQuota", obj);
+        let r = row(&ResourceQuotaTable, obj);
         assert_eq!(r[1], json!("pods: 3/10, requests.cpu: 0/1"));
         assert_eq!(r[2], json!("limits.cpu: 500m/2, limits.memory: 0/1Gi"));
     }
@@ -560,7 +660,7 @@ mod tests {
             "spec": {"replicas": 3, "selector": {"app": "x"},
                 "template": {"spec": {"containers": [{"name": "a", "image": "img:1"}, {"name": "b", "image": "img:2"}]}}},
             "status": {"replicas": 3, "readyReplicas": 2}});
-        let r = row("ReplicationController", obj);
+        let r = row(&ReplicationControllerTable, obj);
         assert_eq!(r[1..4], [json!(3), json!(3), json!(2)]);
         assert_eq!(r[5..], [json!("a,b"), json!("img:1,img:2"), json!("app=x")]);
     }
@@ -571,14 +671,8 @@ mod tests {
             "metadata": {"labels": {"app": "x"}},
             "spec": {"containers": [{"name": "c", "image": "nginx"}]}}});
         assert_eq!(
-            row("PodTemplate", obj),
+            row(&PodTemplateTable, obj),
             [json!("t"), json!("c"), json!("nginx"), json!("app=x")]
         );
-    }
-
-    #[test]
-    fn limit_ranges_are_left_to_the_default_table() {
-        assert!(columns("LimitRange").is_none());
-        assert!(cells("LimitRange", &json!({}), now()).is_none());
     }
 }

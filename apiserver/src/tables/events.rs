@@ -5,13 +5,36 @@ use jiff::Timestamp;
 use serde_json::Value;
 
 use super::format::{at, col, i, name, name_col, opt_i, s, since, time_at, wide};
-use super::Column;
+use super::{Column, Printer};
 
-pub fn columns(kind: &str) -> Option<Vec<Column>> {
-    if kind != "Event" {
-        return None;
+/// The table of core/v1 Events.
+pub struct CoreEventTable;
+
+/// The table of events.k8s.io/v1 Events: the same columns, from that API's field names.
+pub struct EventsV1Table;
+
+impl Printer for CoreEventTable {
+    fn columns(&self) -> Vec<Column> {
+        columns()
     }
-    Some(vec![
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        cells(&CORE, obj, now)
+    }
+}
+
+impl Printer for EventsV1Table {
+    fn columns(&self) -> Vec<Column> {
+        columns()
+    }
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        cells(&EVENTS_V1, obj, now)
+    }
+}
+
+fn columns() -> Vec<Column> {
+    vec![
         col(
             "Last Seen",
             "string",
@@ -47,7 +70,7 @@ pub fn columns(kind: &str) -> Option<Vec<Column>> {
         wide("First Seen", "string", "When the event was first recorded."),
         wide("Count", "string", "How many times the event has occurred."),
         wide_name(),
-    ])
+    ]
 }
 
 fn wide_name() -> Column {
@@ -85,16 +108,7 @@ const EVENTS_V1: Fields = Fields {
     source: "deprecatedSource",
 };
 
-pub fn cells(group: &str, kind: &str, obj: &Value, now: Timestamp) -> Option<Vec<Value>> {
-    if kind != "Event" {
-        return None;
-    }
-    let f = if group == "events.k8s.io" {
-        &EVENTS_V1
-    } else {
-        &CORE
-    };
-
+fn cells(f: &Fields, obj: &Value, now: Timestamp) -> Vec<Value> {
     let first = match time_at(obj, &[f.first]) {
         Some(t) => since(Some(t), now),
         None => since(time_at(obj, &["eventTime"]), now),
@@ -120,7 +134,7 @@ pub fn cells(group: &str, kind: &str, obj: &Value, now: Timestamp) -> Option<Vec
         format!("{kind_lower}/{target_name}")
     };
 
-    Some(vec![
+    vec![
         Value::from(last),
         Value::from(s(obj, &["type"])),
         Value::from(s(obj, &["reason"])),
@@ -131,7 +145,7 @@ pub fn cells(group: &str, kind: &str, obj: &Value, now: Timestamp) -> Option<Vec
         Value::from(first),
         Value::from(count),
         Value::from(name(obj)),
-    ])
+    ]
 }
 
 /// "component, host", falling back to the reporting controller and instance.
@@ -175,7 +189,7 @@ mod tests {
             "count": 4
         });
         assert_eq!(
-            cells("", "Event", &obj, now()).unwrap(),
+            CoreEventTable.cells(&obj, now()),
             [
                 json!("2m"),
                 json!("Normal"),
@@ -201,7 +215,7 @@ mod tests {
             "eventTime": "2024-05-01T11:59:00.000000Z",
             "series": {"count": 7, "lastObservedTime": "2024-05-01T11:59:30.000000Z"}
         });
-        let row = cells("events.k8s.io", "Event", &obj, now()).unwrap();
+        let row = EventsV1Table.cells(&obj, now());
         assert_eq!(row[0], json!("30s"));
         assert_eq!(row[3], json!("node"));
         assert_eq!(row[5], json!("kubelet"));
@@ -212,7 +226,7 @@ mod tests {
 
     #[test]
     fn an_event_without_times_or_count_reads_unknown_and_one() {
-        let row = cells("", "Event", &json!({}), now()).unwrap();
+        let row = CoreEventTable.cells(&json!({}), now());
         assert_eq!(row[0], json!("<unknown>"));
         assert_eq!(row[7], json!("<unknown>"));
         assert_eq!(row[8], json!(1));
@@ -220,7 +234,7 @@ mod tests {
 
     #[test]
     fn event_columns_put_name_last_and_wide() {
-        let cols = columns("Event").unwrap();
+        let cols = CoreEventTable.columns();
         let last = cols.last().unwrap();
         assert_eq!((last.name, last.format, last.priority), ("Name", "name", 1));
         let shown: Vec<_> = cols

@@ -5,15 +5,15 @@
 //! Like upstream's server, rows always carry every column, including the priority-1 ones
 //! that `-o wide` shows; kubectl hides those itself.
 
-mod apps;
-mod batch;
-mod core;
-mod events;
-mod format;
-mod networking;
-mod other;
-mod pod;
-mod volumes;
+pub mod apps;
+pub mod batch;
+pub mod core;
+pub mod events;
+pub(crate) mod format;
+pub mod networking;
+pub mod other;
+pub mod pod;
+pub mod volumes;
 
 use serde_json::Value;
 
@@ -28,54 +28,31 @@ pub struct Column {
     pub priority: i32,
 }
 
-/// Upstream's column definitions for this group ("" = core) and kind; for kinds without
-/// printers: Name + "Created At" (type date).
-pub fn columns(group: &str, kind: &str) -> Vec<Column> {
-    let found = match group {
-        "" => self::core::columns(kind)
-            .or_else(|| volumes::columns(kind))
-            .or_else(|| pod::columns(kind))
-            .or_else(|| events::columns(kind)),
-        "events.k8s.io" => events::columns(kind),
-        "apps" => apps::columns(kind),
-        "batch" => batch::columns(kind),
-        "networking.k8s.io" | "discovery.k8s.io" => networking::columns(group, kind),
-        _ => other::columns(group, kind),
-    };
-    found.unwrap_or_else(default_columns)
+/// How one kind prints as a Table: its columns and, for each object, the cells of its row
+/// (same length and order as the columns), from the object's API JSON. `now` is for ages.
+pub trait Printer: Sync {
+    fn columns(&self) -> Vec<Column>;
+    fn cells(&self, obj: &Value, now: jiff::Timestamp) -> Vec<Value>;
 }
 
-/// One row's cells (same length and order as columns()), from the object's JSON (as served,
-/// k8s API JSON). `now` is for ages.
-pub fn cells(group: &str, kind: &str, obj: &Value, now: jiff::Timestamp) -> Vec<Value> {
-    let found = match group {
-        "" => self::core::cells(kind, obj, now)
-            .or_else(|| volumes::cells(kind, obj, now))
-            .or_else(|| pod::cells(kind, obj, now))
-            .or_else(|| events::cells(group, kind, obj, now)),
-        "events.k8s.io" => events::cells(group, kind, obj, now),
-        "apps" => apps::cells(kind, obj, now),
-        "batch" => batch::cells(kind, obj, now),
-        "networking.k8s.io" | "discovery.k8s.io" => networking::cells(group, kind, obj, now),
-        _ => other::cells(group, kind, obj, now),
-    };
-    found.unwrap_or_else(|| default_cells(obj))
-}
+/// The table upstream's apiserver serves for kinds without a printer: Name and "Created At".
+pub struct DefaultTable;
 
-/// The table upstream's apiserver serves for kinds without a printer.
-fn default_columns() -> Vec<Column> {
-    vec![
-        format::name_col(),
-        format::col("Created At", "date", format::AGE_DESC),
-    ]
-}
+impl Printer for DefaultTable {
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            format::name_col(),
+            format::col("Created At", "date", format::AGE_DESC),
+        ]
+    }
 
-fn default_cells(obj: &Value) -> Vec<Value> {
-    let created = format::time_at(obj, &["metadata", "creationTimestamp"]);
-    vec![
-        Value::from(format::name(obj)),
-        Value::from(format::rfc3339(created)),
-    ]
+    fn cells(&self, obj: &Value, _now: jiff::Timestamp) -> Vec<Value> {
+        let created = format::time_at(obj, &["metadata", "creationTimestamp"]);
+        vec![
+            Value::from(format::name(obj)),
+            Value::from(format::rfc3339(created)),
+        ]
+    }
 }
 
 #[cfg(test)]
@@ -83,45 +60,24 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    /// Every (group, kind) with a dedicated printer or an explicitly default table.
-    const KINDS: &[(&str, &str)] = &[
-        ("", "Pod"),
-        ("", "Namespace"),
-        ("", "Node"),
-        ("", "Service"),
-        ("", "Endpoints"),
-        ("", "ConfigMap"),
-        ("", "Secret"),
-        ("", "ServiceAccount"),
-        ("", "Event"),
-        ("", "LimitRange"),
-        ("", "ResourceQuota"),
-        ("", "PersistentVolume"),
-        ("", "PersistentVolumeClaim"),
-        ("", "ReplicationController"),
-        ("", "PodTemplate"),
-        ("apps", "Deployment"),
-        ("apps", "ReplicaSet"),
-        ("apps", "StatefulSet"),
-        ("apps", "DaemonSet"),
-        ("apps", "ControllerRevision"),
-        ("batch", "Job"),
-        ("batch", "CronJob"),
-        ("coordination.k8s.io", "Lease"),
-        ("discovery.k8s.io", "EndpointSlice"),
-        ("events.k8s.io", "Event"),
-        ("rbac.authorization.k8s.io", "Role"),
-        ("rbac.authorization.k8s.io", "ClusterRole"),
-        ("rbac.authorization.k8s.io", "RoleBinding"),
-        ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
-        ("networking.k8s.io", "Ingress"),
-        ("networking.k8s.io", "IngressClass"),
-        ("networking.k8s.io", "NetworkPolicy"),
-        ("policy", "PodDisruptionBudget"),
-        ("storage.k8s.io", "StorageClass"),
-        ("scheduling.k8s.io", "PriorityClass"),
-        ("apiextensions.k8s.io", "CustomResourceDefinition"),
-    ];
+    use crate::catalog;
+
+    /// Every served kind, by the printer its catalog entry names.
+    fn kinds() -> impl Iterator<Item = (&'static str, &'static str)> {
+        catalog::RESOURCES
+            .iter()
+            .map(|info| (info.group, info.kind))
+    }
+
+    fn columns(group: &str, kind: &str) -> Vec<Column> {
+        let info = catalog::by_kind(group, kind).expect("a served kind");
+        info.printer.columns()
+    }
+
+    fn cells(group: &str, kind: &str, obj: &Value, now: jiff::Timestamp) -> Vec<Value> {
+        let info = catalog::by_kind(group, kind).expect("a served kind");
+        info.printer.cells(obj, now)
+    }
 
     fn now() -> jiff::Timestamp {
         "2024-05-01T12:00:00Z".parse().unwrap()
@@ -130,7 +86,7 @@ mod tests {
     #[test]
     fn every_kind_gives_as_many_cells_as_columns_even_for_empty_objects() {
         let odd = json!({"metadata": 5, "spec": "x", "status": [1]});
-        for (group, kind) in KINDS {
+        for (group, kind) in kinds() {
             let n = columns(group, kind).len();
             assert_eq!(
                 cells(group, kind, &json!({}), now()).len(),
@@ -152,7 +108,7 @@ mod tests {
 
     #[test]
     fn every_table_has_exactly_one_name_formatted_column_called_name() {
-        for (group, kind) in KINDS {
+        for (group, kind) in kinds() {
             let cols = columns(group, kind);
             let named: Vec<_> = cols.iter().filter(|c| c.format == "name").collect();
             assert_eq!(named.len(), 1, "{group}/{kind}");
@@ -242,24 +198,23 @@ mod tests {
     }
 
     #[test]
-    fn unknown_kinds_get_name_and_created_at() {
-        let cols = columns("example.com", "Widget");
+    fn the_default_table_is_name_and_created_at() {
+        let cols = DefaultTable.columns();
         let names: Vec<_> = cols.iter().map(|c| (c.name, c.type_)).collect();
         assert_eq!(names, [("Name", "string"), ("Created At", "date")]);
         let obj = json!({"metadata": {"name": "w", "creationTimestamp": "2024-01-02T03:04:05Z"}});
         assert_eq!(
-            cells("example.com", "Widget", &obj, now()),
+            DefaultTable.cells(&obj, now()),
             [json!("w"), json!("2024-01-02T03:04:05Z")]
         );
     }
 
     #[test]
-    fn roles_limit_ranges_and_crds_use_the_default_table() {
+    fn roles_and_limit_ranges_use_the_default_table() {
         for (group, kind) in [
             ("rbac.authorization.k8s.io", "Role"),
             ("rbac.authorization.k8s.io", "ClusterRole"),
             ("", "LimitRange"),
-            ("apiextensions.k8s.io", "CustomResourceDefinition"),
         ] {
             let names: Vec<_> = columns(group, kind).iter().map(|c| c.name).collect();
             assert_eq!(names, ["Name", "Created At"], "{group}/{kind}");

@@ -7,11 +7,14 @@ use serde_json::Value;
 use super::format::{
     age, age_col, arr, at, col, format_selector, list_with_more, name, name_col, opt_i, opt_s, s,
 };
-use super::Column;
+use super::{Column, Printer};
 
-pub fn columns(group: &str, kind: &str) -> Option<Vec<Column>> {
-    let cols = match (group, kind) {
-        ("networking.k8s.io", "Ingress") => vec![
+/// The table of Ingresss.
+pub struct IngressTable;
+
+impl Printer for IngressTable {
+    fn columns(&self) -> Vec<Column> {
+        vec![
             name_col(),
             col(
                 "Class",
@@ -30,8 +33,32 @@ pub fn columns(group: &str, kind: &str) -> Option<Vec<Column>> {
                 "The ports served: 80, plus 443 when TLS is configured.",
             ),
             age_col(),
-        ],
-        ("networking.k8s.io", "IngressClass") => vec![
+        ]
+    }
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        let n = Value::from(name(obj));
+
+        let tls = !arr(obj, &["spec", "tls"]).is_empty();
+        vec![
+            n,
+            opt_s(obj, &["spec", "ingressClassName"])
+                .unwrap_or("<none>")
+                .into(),
+            ingress_hosts(arr(obj, &["spec", "rules"])).into(),
+            super::core::load_balancer_ingress(obj).join(",").into(),
+            if tls { "80, 443" } else { "80" }.into(),
+            age(obj, now),
+        ]
+    }
+}
+
+/// The table of IngressClasss.
+pub struct IngressClassTable;
+
+impl Printer for IngressClassTable {
+    fn columns(&self) -> Vec<Column> {
+        vec![
             name_col(),
             col(
                 "Controller",
@@ -44,8 +71,36 @@ pub fn columns(group: &str, kind: &str) -> Option<Vec<Column>> {
                 "The resource that holds extra parameters for the controller.",
             ),
             age_col(),
-        ],
-        ("networking.k8s.io", "NetworkPolicy") => vec![
+        ]
+    }
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        let n = Value::from(name(obj));
+
+        let params = match at(obj, &["spec", "parameters"]).filter(|p| p.is_object()) {
+            None => "<none>".to_string(),
+            Some(p) => {
+                let group = opt_s(p, &["apiGroup"])
+                    .map(|g| format!(".{g}"))
+                    .unwrap_or_default();
+                format!("{}{group}/{}", s(p, &["kind"]), s(p, &["name"]))
+            }
+        };
+        vec![
+            n,
+            s(obj, &["spec", "controller"]).into(),
+            params.into(),
+            age(obj, now),
+        ]
+    }
+}
+
+/// The table of NetworkPolicys.
+pub struct NetworkPolicyTable;
+
+impl Printer for NetworkPolicyTable {
+    fn columns(&self) -> Vec<Column> {
+        vec![
             name_col(),
             col(
                 "Pod-Selector",
@@ -54,8 +109,26 @@ pub fn columns(group: &str, kind: &str) -> Option<Vec<Column>> {
                  namespace.",
             ),
             age_col(),
-        ],
-        ("discovery.k8s.io", "EndpointSlice") => vec![
+        ]
+    }
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        let n = Value::from(name(obj));
+
+        vec![
+            n,
+            format_selector(obj, &["spec", "podSelector"]).into(),
+            age(obj, now),
+        ]
+    }
+}
+
+/// The table of EndpointSlices.
+pub struct EndpointSliceTable;
+
+impl Printer for EndpointSliceTable {
+    fn columns(&self) -> Vec<Column> {
+        vec![
             name_col(),
             col(
                 "AddressType",
@@ -73,77 +146,33 @@ pub fn columns(group: &str, kind: &str) -> Option<Vec<Column>> {
                 "The addresses of the endpoints in the slice.",
             ),
             age_col(),
-        ],
-        _ => return None,
-    };
-    Some(cols)
-}
+        ]
+    }
 
-pub fn cells(group: &str, kind: &str, obj: &Value, now: Timestamp) -> Option<Vec<Value>> {
-    let n = Value::from(name(obj));
-    let row = match (group, kind) {
-        ("networking.k8s.io", "Ingress") => {
-            let tls = !arr(obj, &["spec", "tls"]).is_empty();
-            vec![
-                n,
-                opt_s(obj, &["spec", "ingressClassName"])
-                    .unwrap_or("<none>")
-                    .into(),
-                ingress_hosts(arr(obj, &["spec", "rules"])).into(),
-                super::core::load_balancer_ingress(obj).join(",").into(),
-                if tls { "80, 443" } else { "80" }.into(),
-                age(obj, now),
-            ]
-        }
-        ("networking.k8s.io", "IngressClass") => {
-            let params = match at(obj, &["spec", "parameters"]).filter(|p| p.is_object()) {
-                None => "<none>".to_string(),
-                Some(p) => {
-                    let group = opt_s(p, &["apiGroup"])
-                        .map(|g| format!(".{g}"))
-                        .unwrap_or_default();
-                    format!("{}{group}/{}", s(p, &["kind"]), s(p, &["name"]))
-                }
-            };
-            vec![
-                n,
-                s(obj, &["spec", "controller"]).into(),
-                params.into(),
-                age(obj, now),
-            ]
-        }
-        ("networking.k8s.io", "NetworkPolicy") => {
-            vec![
-                n,
-                format_selector(obj, &["spec", "podSelector"]).into(),
-                age(obj, now),
-            ]
-        }
-        ("discovery.k8s.io", "EndpointSlice") => {
-            let ports: Vec<String> = arr(obj, &["ports"])
-                .iter()
-                .map(|p| match (opt_i(p, &["port"]), opt_s(p, &["name"])) {
-                    (Some(num), _) => num.to_string(),
-                    (None, Some(port_name)) => port_name.to_string(),
-                    (None, None) => "*".to_string(),
-                })
-                .collect();
-            let addresses: Vec<String> = arr(obj, &["endpoints"])
-                .iter()
-                .flat_map(|e| arr(e, &["addresses"]))
-                .map(|a| a.as_str().unwrap_or("").to_string())
-                .collect();
-            vec![
-                n,
-                s(obj, &["addressType"]).into(),
-                list_with_more(&ports, 3, "<unset>").into(),
-                list_with_more(&addresses, 3, "<unset>").into(),
-                age(obj, now),
-            ]
-        }
-        _ => return None,
-    };
-    Some(row)
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        let n = Value::from(name(obj));
+
+        let ports: Vec<String> = arr(obj, &["ports"])
+            .iter()
+            .map(|p| match (opt_i(p, &["port"]), opt_s(p, &["name"])) {
+                (Some(num), _) => num.to_string(),
+                (None, Some(port_name)) => port_name.to_string(),
+                (None, None) => "*".to_string(),
+            })
+            .collect();
+        let addresses: Vec<String> = arr(obj, &["endpoints"])
+            .iter()
+            .flat_map(|e| arr(e, &["addresses"]))
+            .map(|a| a.as_str().unwrap_or("").to_string())
+            .collect();
+        vec![
+            n,
+            s(obj, &["addressType"]).into(),
+            list_with_more(&ports, 3, "<unset>").into(),
+            list_with_more(&addresses, 3, "<unset>").into(),
+            age(obj, now),
+        ]
+    }
 }
 
 /// Up to three rule hosts; "+ N more..." counts every rule past the third; "*" when none.
@@ -180,8 +209,8 @@ mod tests {
         "2024-05-01T12:00:00Z".parse().unwrap()
     }
 
-    fn row(group: &str, kind: &str, obj: Value) -> Vec<Value> {
-        cells(group, kind, &obj, now()).unwrap()
+    fn row(printer: &dyn Printer, obj: Value) -> Vec<Value> {
+        printer.cells(&obj, now())
     }
 
     #[test]
@@ -191,7 +220,7 @@ mod tests {
                 "rules": [{"host": "a.example"}, {"host": "b.example"}]},
             "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}}});
         assert_eq!(
-            row("networking.k8s.io", "Ingress", obj),
+            row(&IngressTable, obj),
             [
                 json!("web"),
                 json!("nginx"),
@@ -205,11 +234,7 @@ mod tests {
 
     #[test]
     fn an_ingress_without_class_rules_or_address() {
-        let r = row(
-            "networking.k8s.io",
-            "Ingress",
-            json!({"spec": {"rules": [{}]}}),
-        );
+        let r = row(&IngressTable, json!({"spec": {"rules": [{}]}}));
         assert_eq!(
             r[1..5],
             [json!("<none>"), json!("*"), json!(""), json!("80")]
@@ -229,7 +254,7 @@ mod tests {
     fn ingress_classes_show_controller_and_parameters() {
         let obj = json!({"spec": {"controller": "k8s.io/ingress-nginx",
             "parameters": {"apiGroup": "k8s.example.com", "kind": "IngressParameters", "name": "p"}}});
-        let r = row("networking.k8s.io", "IngressClass", obj);
+        let r = row(&IngressClassTable, obj);
         assert_eq!(
             r[1..3],
             [
@@ -237,22 +262,16 @@ mod tests {
                 json!("IngressParameters.k8s.example.com/p")
             ]
         );
-        let bare = row("networking.k8s.io", "IngressClass", json!({}));
+        let bare = row(&IngressClassTable, json!({}));
         assert_eq!(bare[2], json!("<none>"));
     }
 
     #[test]
     fn network_policies_show_the_pod_selector() {
         let obj = json!({"spec": {"podSelector": {"matchLabels": {"role": "db"}}}});
-        assert_eq!(
-            row("networking.k8s.io", "NetworkPolicy", obj)[1],
-            json!("role=db")
-        );
+        assert_eq!(row(&NetworkPolicyTable, obj)[1], json!("role=db"));
         let all = json!({"spec": {"podSelector": {}}});
-        assert_eq!(
-            row("networking.k8s.io", "NetworkPolicy", all)[1],
-            json!("<none>")
-        );
+        assert_eq!(row(&NetworkPolicyTable, all)[1], json!("<none>"));
     }
 
     #[test]
@@ -260,7 +279,7 @@ mod tests {
         let obj = json!({"addressType": "IPv4",
             "ports": [{"port": 80}, {"name": "metrics"}, {}, {"port": 9}],
             "endpoints": [{"addresses": ["10.0.0.1"]}, {"addresses": ["10.0.0.2"]}]});
-        let r = row("discovery.k8s.io", "EndpointSlice", obj);
+        let r = row(&EndpointSliceTable, obj);
         assert_eq!(
             r[1..4],
             [
@@ -269,7 +288,7 @@ mod tests {
                 json!("10.0.0.1,10.0.0.2")
             ]
         );
-        let empty = row("discovery.k8s.io", "EndpointSlice", json!({}));
+        let empty = row(&EndpointSliceTable, json!({}));
         assert_eq!(empty[2..4], [json!("<unset>"), json!("<unset>")]);
     }
 }

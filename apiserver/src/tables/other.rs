@@ -9,58 +9,122 @@ use serde_json::Value;
 use super::format::{
     age, age_col, arr, col, i, int_or_string, name, name_col, opt_b, opt_s, s, wide,
 };
-use super::Column;
+use super::{Column, Printer};
 
-const RBAC: &str = "rbac.authorization.k8s.io";
+/// The table of Leases.
+pub struct LeaseTable;
 
-pub fn columns(group: &str, kind: &str) -> Option<Vec<Column>> {
-    let cols =
-        match (group, kind) {
-            ("coordination.k8s.io", "Lease") => {
-                vec![
-                    name_col(),
-                    col("Holder", "string", "Who currently holds the lease."),
-                    age_col(),
-                ]
-            }
-            (RBAC, "RoleBinding") => binding_columns(
-                "The Role or ClusterRole this binding grants, as Kind/name.",
-                [
-                    "The users in the role binding.",
-                    "The groups in the role binding.",
-                    "The service accounts in the role binding.",
-                ],
-            ),
-            (RBAC, "ClusterRoleBinding") => binding_columns(
-                "The ClusterRole this binding grants, as Kind/name.",
-                [
-                    "The users in the cluster role binding.",
-                    "The groups in the cluster role binding.",
-                    "The service accounts in the cluster role binding.",
-                ],
-            ),
-            ("policy", "PodDisruptionBudget") => vec![
-                name_col(),
-                col(
-                    "Min Available",
-                    "string",
-                    "How many pods must stay available (a count or a percentage).",
-                ),
-                col(
-                    "Max Unavailable",
-                    "string",
-                    "How many pods may be unavailable (a count or a percentage).",
-                ),
-                col(
-                    "Allowed Disruptions",
-                    "integer",
-                    "How many pods may be disrupted right now.",
-                ),
-                age_col(),
-            ],
-            ("storage.k8s.io", "StorageClass") => vec![
+impl Printer for LeaseTable {
+    fn columns(&self) -> Vec<Column> {
+        vec![
             name_col(),
-            col("Provisioner", "string", "The provisioner that creates volumes of this class."),
+            col("Holder", "string", "Who currently holds the lease."),
+            age_col(),
+        ]
+    }
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        let n = Value::from(name(obj));
+
+        vec![n, s(obj, &["spec", "holderIdentity"]).into(), age(obj, now)]
+    }
+}
+
+/// The table of RoleBindings.
+pub struct RoleBindingTable;
+
+impl Printer for RoleBindingTable {
+    fn columns(&self) -> Vec<Column> {
+        binding_columns(
+            "The Role or ClusterRole this binding grants, as Kind/name.",
+            [
+                "The users in the role binding.",
+                "The groups in the role binding.",
+                "The service accounts in the role binding.",
+            ],
+        )
+    }
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        let n = Value::from(name(obj));
+        binding_cells(obj, n, now)
+    }
+}
+
+/// The table of ClusterRoleBindings.
+pub struct ClusterRoleBindingTable;
+
+impl Printer for ClusterRoleBindingTable {
+    fn columns(&self) -> Vec<Column> {
+        binding_columns(
+            "The ClusterRole this binding grants, as Kind/name.",
+            [
+                "The users in the cluster role binding.",
+                "The groups in the cluster role binding.",
+                "The service accounts in the cluster role binding.",
+            ],
+        )
+    }
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        let n = Value::from(name(obj));
+        binding_cells(obj, n, now)
+    }
+}
+
+/// The table of PodDisruptionBudgets.
+pub struct PodDisruptionBudgetTable;
+
+impl Printer for PodDisruptionBudgetTable {
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            name_col(),
+            col(
+                "Min Available",
+                "string",
+                "How many pods must stay available (a count or a percentage).",
+            ),
+            col(
+                "Max Unavailable",
+                "string",
+                "How many pods may be unavailable (a count or a percentage).",
+            ),
+            col(
+                "Allowed Disruptions",
+                "integer",
+                "How many pods may be disrupted right now.",
+            ),
+            age_col(),
+        ]
+    }
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        let n = Value::from(name(obj));
+
+        let or_na =
+            |field: &str| int_or_string(obj, &["spec", field]).unwrap_or_else(|| "N/A".to_string());
+        vec![
+            n,
+            or_na("minAvailable").into(),
+            or_na("maxUnavailable").into(),
+            i(obj, &["status", "disruptionsAllowed"]).into(),
+            age(obj, now),
+        ]
+    }
+}
+
+/// The table of StorageClasss.
+pub struct StorageClassTable;
+
+impl Printer for StorageClassTable {
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            name_col(),
+            col(
+                "Provisioner",
+                "string",
+                "The provisioner that creates volumes of this class.",
+            ),
             col(
                 "ReclaimPolicy",
                 "string",
@@ -72,32 +136,75 @@ pub fn columns(group: &str, kind: &str) -> Option<Vec<Column>> {
                 "When claims get provisioned and bound: Immediate (the default) or \
                  WaitForFirstConsumer.",
             ),
-            col("AllowVolumeExpansion", "string", "Whether volumes of this class may be expanded."),
+            col(
+                "AllowVolumeExpansion",
+                "string",
+                "Whether volumes of this class may be expanded.",
+            ),
             age_col(),
-        ],
-            ("scheduling.k8s.io", "PriorityClass") => vec![
-                name_col(),
-                col(
-                    "Value",
-                    "integer",
-                    "The priority that pods naming this class receive.",
-                ),
-                col(
-                    "Global-Default",
-                    "boolean",
-                    "Whether this class is the default for pods that name no priority class.",
-                ),
-                age_col(),
-                col(
-                    "PreemptionPolicy",
-                    "string",
-                    "Whether pods of this class may preempt lower-priority pods: \
+        ]
+    }
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        let is_default = |key: &str| s(obj, &["metadata", "annotations", key]) == "true";
+        let mut shown = name(obj).to_string();
+        if is_default("storageclass.kubernetes.io/is-default-class")
+            || is_default("storageclass.beta.kubernetes.io/is-default-class")
+        {
+            shown.push_str(" (default)");
+        }
+        vec![
+            shown.into(),
+            s(obj, &["provisioner"]).into(),
+            opt_s(obj, &["reclaimPolicy"]).unwrap_or("Delete").into(),
+            opt_s(obj, &["volumeBindingMode"])
+                .unwrap_or("Immediate")
+                .into(),
+            opt_b(obj, &["allowVolumeExpansion"])
+                .unwrap_or(false)
+                .into(),
+            age(obj, now),
+        ]
+    }
+}
+
+/// The table of PriorityClasss.
+pub struct PriorityClassTable;
+
+impl Printer for PriorityClassTable {
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            name_col(),
+            col(
+                "Value",
+                "integer",
+                "The priority that pods naming this class receive.",
+            ),
+            col(
+                "Global-Default",
+                "boolean",
+                "Whether this class is the default for pods that name no priority class.",
+            ),
+            age_col(),
+            col(
+                "PreemptionPolicy",
+                "string",
+                "Whether pods of this class may preempt lower-priority pods: \
                  PreemptLowerPriority (the default) or Never.",
-                ),
-            ],
-            _ => return None,
-        };
-    Some(cols)
+            ),
+        ]
+    }
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        let n = Value::from(name(obj));
+        vec![
+            n,
+            i(obj, &["value"]).into(),
+            opt_b(obj, &["globalDefault"]).unwrap_or(false).into(),
+            age(obj, now),
+            s(obj, &["preemptionPolicy"]).into(),
+        ]
+    }
 }
 
 fn binding_columns(role_desc: &'static str, wide_desc: [&'static str; 3]) -> Vec<Column> {
@@ -109,58 +216,6 @@ fn binding_columns(role_desc: &'static str, wide_desc: [&'static str; 3]) -> Vec
         wide("Groups", "string", wide_desc[1]),
         wide("ServiceAccounts", "string", wide_desc[2]),
     ]
-}
-
-pub fn cells(group: &str, kind: &str, obj: &Value, now: Timestamp) -> Option<Vec<Value>> {
-    let n = Value::from(name(obj));
-    let row = match (group, kind) {
-        ("coordination.k8s.io", "Lease") => {
-            vec![n, s(obj, &["spec", "holderIdentity"]).into(), age(obj, now)]
-        }
-        (RBAC, "RoleBinding" | "ClusterRoleBinding") => binding_cells(obj, n, now),
-        ("policy", "PodDisruptionBudget") => {
-            let or_na = |field: &str| {
-                int_or_string(obj, &["spec", field]).unwrap_or_else(|| "N/A".to_string())
-            };
-            vec![
-                n,
-                or_na("minAvailable").into(),
-                or_na("maxUnavailable").into(),
-                i(obj, &["status", "disruptionsAllowed"]).into(),
-                age(obj, now),
-            ]
-        }
-        ("storage.k8s.io", "StorageClass") => {
-            let is_default = |key: &str| s(obj, &["metadata", "annotations", key]) == "true";
-            let mut shown = name(obj).to_string();
-            if is_default("storageclass.kubernetes.io/is-default-class")
-                || is_default("storageclass.beta.kubernetes.io/is-default-class")
-            {
-                shown.push_str(" (default)");
-            }
-            vec![
-                shown.into(),
-                s(obj, &["provisioner"]).into(),
-                opt_s(obj, &["reclaimPolicy"]).unwrap_or("Delete").into(),
-                opt_s(obj, &["volumeBindingMode"])
-                    .unwrap_or("Immediate")
-                    .into(),
-                opt_b(obj, &["allowVolumeExpansion"])
-                    .unwrap_or(false)
-                    .into(),
-                age(obj, now),
-            ]
-        }
-        ("scheduling.k8s.io", "PriorityClass") => vec![
-            n,
-            i(obj, &["value"]).into(),
-            opt_b(obj, &["globalDefault"]).unwrap_or(false).into(),
-            age(obj, now),
-            s(obj, &["preemptionPolicy"]).into(),
-        ],
-        _ => return None,
-    };
-    Some(row)
 }
 
 fn binding_cells(obj: &Value, n: Value, now: Timestamp) -> Vec<Value> {
@@ -200,17 +255,17 @@ mod tests {
         "2024-05-01T12:00:00Z".parse().unwrap()
     }
 
-    fn row(group: &str, kind: &str, obj: Value) -> Vec<Value> {
-        cells(group, kind, &obj, now()).unwrap()
+    fn row(printer: &dyn Printer, obj: Value) -> Vec<Value> {
+        printer.cells(&obj, now())
     }
 
     #[test]
     fn leases_show_their_holder() {
         let obj =
             json!({"metadata": {"name": "kube-scheduler"}, "spec": {"holderIdentity": "cp-1_abc"}});
-        let r = row("coordination.k8s.io", "Lease", obj);
+        let r = row(&LeaseTable, obj);
         assert_eq!(r[..2], [json!("kube-scheduler"), json!("cp-1_abc")]);
-        assert_eq!(row("coordination.k8s.io", "Lease", json!({}))[1], json!(""));
+        assert_eq!(row(&LeaseTable, json!({}))[1], json!(""));
     }
 
     #[test]
@@ -222,7 +277,7 @@ mod tests {
                 {"kind": "Group", "name": "devs"},
                 {"kind": "ServiceAccount", "namespace": "ci", "name": "builder"}]});
         assert_eq!(
-            row(RBAC, "RoleBinding", obj),
+            row(&RoleBindingTable, obj),
             [
                 json!("rb"),
                 json!("Role/reader"),
@@ -237,20 +292,19 @@ mod tests {
     #[test]
     fn cluster_role_bindings_without_subjects_have_empty_wide_cells() {
         let obj = json!({"roleRef": {"kind": "ClusterRole", "name": "admin"}});
-        let r = row(RBAC, "ClusterRoleBinding", obj);
+        let r = row(&ClusterRoleBindingTable, obj);
         assert_eq!(r[1], json!("ClusterRole/admin"));
         assert_eq!(r[3..], [json!(""), json!(""), json!("")]);
-        assert!(columns(RBAC, "ClusterRole").is_none());
     }
 
     #[test]
     fn pod_disruption_budgets_show_int_or_percent_and_na() {
         let obj = json!({"spec": {"minAvailable": 2}, "status": {"disruptionsAllowed": 1}});
-        let r = row("policy", "PodDisruptionBudget", obj);
+        let r = row(&PodDisruptionBudgetTable, obj);
         assert_eq!(r[1..4], [json!("2"), json!("N/A"), json!(1)]);
         let pct = json!({"spec": {"maxUnavailable": "25%"}});
         assert_eq!(
-            row("policy", "PodDisruptionBudget", pct)[1..3],
+            row(&PodDisruptionBudgetTable, pct)[1..3],
             [json!("N/A"), json!("25%")]
         );
     }
@@ -260,7 +314,7 @@ mod tests {
         let obj = json!({"metadata": {"name": "standard",
                 "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
             "provisioner": "rancher.io/local-path", "volumeBindingMode": "WaitForFirstConsumer"});
-        let r = row("storage.k8s.io", "StorageClass", obj);
+        let r = row(&StorageClassTable, obj);
         assert_eq!(
             r[..5],
             [
@@ -273,7 +327,7 @@ mod tests {
         );
         let plain = json!({"metadata": {"name": "fast"}, "reclaimPolicy": "Retain",
                            "allowVolumeExpansion": true});
-        let r = row("storage.k8s.io", "StorageClass", plain);
+        let r = row(&StorageClassTable, plain);
         assert_eq!(
             r[..5],
             [
@@ -290,10 +344,10 @@ mod tests {
     fn priority_classes_show_value_default_flag_and_policy() {
         let obj = json!({"metadata": {"name": "system-node-critical"}, "value": 2000001000,
                          "globalDefault": false, "preemptionPolicy": "PreemptLowerPriority"});
-        let r = row("scheduling.k8s.io", "PriorityClass", obj);
+        let r = row(&PriorityClassTable, obj);
         assert_eq!(r[1..3], [json!(2000001000), json!(false)]);
         assert_eq!(r[4], json!("PreemptLowerPriority"));
-        let cols = columns("scheduling.k8s.io", "PriorityClass").unwrap();
+        let cols = PriorityClassTable.columns();
         assert_eq!(cols[4].name, "PreemptionPolicy");
     }
 }

@@ -8,10 +8,13 @@ use serde_json::Value;
 
 use super::format::{age, arr, at, col, deleting, i, name, name_col, opt_b, s, since, time_at};
 use super::format::{age_col, wide};
-use super::Column;
+use super::{Column, Printer};
 
-pub fn columns(kind: &str) -> Option<Vec<Column>> {
-    (kind == "Pod").then(|| {
+/// The table of Pods.
+pub struct PodTable;
+
+impl Printer for PodTable {
+    fn columns(&self) -> Vec<Column> {
         vec![
             name_col(),
             col(
@@ -54,11 +57,11 @@ pub fn columns(kind: &str) -> Option<Vec<Column>> {
                 "Extra pod conditions that must all be True before the pod counts as ready.",
             ),
         ]
-    })
-}
+    }
 
-pub fn cells(kind: &str, obj: &Value, now: Timestamp) -> Option<Vec<Value>> {
-    (kind == "Pod").then(|| pod_cells(obj, now))
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        pod_cells(obj, now)
+    }
 }
 
 /// Whether a container state (`state` or `lastState`) holds the given variant.
@@ -247,7 +250,7 @@ mod tests {
     }
 
     fn row(obj: Value) -> Vec<Value> {
-        cells("Pod", &obj, now()).unwrap()
+        PodTable.cells(&obj, now())
     }
 
     fn status_of(obj: Value) -> String {
@@ -437,11 +440,5 @@ mod tests {
         let r = row(obj);
         assert_eq!(r[7], json!("n2"));
         assert_eq!(r[8], json!("1/2"));
-    }
-
-    #[test]
-    fn non_pod_kinds_are_not_handled_here() {
-        assert!(cells("Node", &json!({}), now()).is_none());
-        assert!(columns("Node").is_none());
     }
 }

@@ -6,11 +6,14 @@ use serde_json::Value;
 use super::format::{
     age, age_col, arr, at, col, deleting, name, name_col, opt_s, quantity, s, wide,
 };
-use super::Column;
+use super::{Column, Printer};
 
-pub fn columns(kind: &str) -> Option<Vec<Column>> {
-    let cols = match kind {
-        "PersistentVolume" => vec![
+/// The table of PersistentVolumes.
+pub struct PersistentVolumeTable;
+
+impl Printer for PersistentVolumeTable {
+    fn columns(&self) -> Vec<Column> {
+        vec![
             name_col(),
             col("Capacity", "string", "The volume's storage capacity."),
             col(
@@ -46,8 +49,21 @@ pub fn columns(kind: &str) -> Option<Vec<Column>> {
             ),
             age_col(),
             wide("VolumeMode", "string", VOLUME_MODE_DESC),
-        ],
-        "PersistentVolumeClaim" => vec![
+        ]
+    }
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        let n = Value::from(name(obj));
+        pv_cells(obj, n, now)
+    }
+}
+
+/// The table of PersistentVolumeClaims.
+pub struct PersistentVolumeClaimTable;
+
+impl Printer for PersistentVolumeClaimTable {
+    fn columns(&self) -> Vec<Column> {
+        vec![
             name_col(),
             col("Status", "string", "The claim's current phase."),
             col(
@@ -73,23 +89,17 @@ pub fn columns(kind: &str) -> Option<Vec<Column>> {
             ),
             age_col(),
             wide("VolumeMode", "string", VOLUME_MODE_DESC),
-        ],
-        _ => return None,
-    };
-    Some(cols)
+        ]
+    }
+
+    fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
+        let n = Value::from(name(obj));
+        pvc_cells(obj, n, now)
+    }
 }
 
 const VOLUME_MODE_DESC: &str =
     "Whether the volume holds a formatted filesystem or stays a raw block device.";
-
-pub fn cells(kind: &str, obj: &Value, now: Timestamp) -> Option<Vec<Value>> {
-    let n = Value::from(name(obj));
-    match kind {
-        "PersistentVolume" => Some(pv_cells(obj, n, now)),
-        "PersistentVolumeClaim" => Some(pvc_cells(obj, n, now)),
-        _ => None,
-    }
-}
 
 /// Access modes in upstream's fixed order and short forms, de-duplicated.
 fn access_modes(list: &[Value]) -> String {
@@ -186,8 +196,8 @@ mod tests {
         "2024-05-01T12:00:00Z".parse().unwrap()
     }
 
-    fn row(kind: &str, obj: Value) -> Vec<Value> {
-        cells(kind, &obj, now()).unwrap()
+    fn row(printer: &dyn Printer, obj: Value) -> Vec<Value> {
+        printer.cells(&obj, now())
     }
 
     const CREATED_3H: &str = "2024-05-01T09:00:00Z";
@@ -201,7 +211,7 @@ mod tests {
                 "claimRef": {"namespace": "ns", "name": "data"}, "volumeMode": "Filesystem"},
             "status": {"phase": "Bound"}});
         assert_eq!(
-            row("PersistentVolume", obj),
+            row(&PersistentVolumeTable, obj),
             [
                 json!("pv1"),
                 json!("1Gi"),
@@ -222,7 +232,7 @@ mod tests {
     fn claims_show_capacity_only_once_bound_and_terminating_when_deleted() {
         let pending = json!({"spec": {"resources": {"requests": {"storage": "5Gi"}}},
                              "status": {"phase": "Pending"}});
-        let r = row("PersistentVolumeClaim", pending);
+        let r = row(&PersistentVolumeClaimTable, pending);
         assert_eq!(
             (r[1].clone(), r[3].clone(), r[8].clone()),
             (json!("Pending"), json!(""), json!("<unset>"))
@@ -231,7 +241,7 @@ mod tests {
                 "annotations": {"volume.beta.kubernetes.io/storage-class": "legacy"}},
             "spec": {"volumeName": "pv1", "storageClassName": "fast"},
             "status": {"phase": "Bound", "capacity": {"storage": "5Gi"}, "accessModes": ["ReadWriteOnce"]}});
-        let r = row("PersistentVolumeClaim", bound);
+        let r = row(&PersistentVolumeClaimTable, bound);
         assert_eq!(
             r[1..6],
             [

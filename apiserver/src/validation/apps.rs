@@ -9,34 +9,50 @@ use super::names::is_valid_percent;
 use super::pod::validate_pod_template;
 use super::FieldError;
 
-/// Dispatches to the apps kind's checks.
-pub fn validate(kind: &str, obj: &Value, old: Option<&Value>, errs: &mut Errs) {
-    if kind == "ControllerRevision" {
-        json::non_negative_at(obj, "", "revision", errs);
-        if let Some(old) = old {
-            json::immutable(obj, old, "", "data", errs);
+/// The four workload kinds whose specs share a selector, a pod template and rollout fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    Deployment,
+    ReplicaSet,
+    StatefulSet,
+    DaemonSet,
+}
+
+impl Workload {
+    fn kind(self) -> &'static str {
+        match self {
+            Workload::Deployment => "Deployment",
+            Workload::ReplicaSet => "ReplicaSet",
+            Workload::StatefulSet => "StatefulSet",
+            Workload::DaemonSet => "DaemonSet",
         }
-        return;
     }
+}
+
+/// ControllerRevision: a revision number, and data that never changes.
+pub fn validate_controller_revision(obj: &Value, old: Option<&Value>, errs: &mut Errs) {
+    json::non_negative_at(obj, "", "revision", errs);
+    if let Some(old) = old {
+        json::immutable(obj, old, "", "data", errs);
+    }
+}
+
+/// A workload: the fields all four share, then the kind's own, then what an update may not
+/// change.
+pub fn validate_workload(workload: Workload, obj: &Value, old: Option<&Value>, errs: &mut Errs) {
     let empty = Value::Object(Default::default());
     let s = json::obj_at(obj, "", "spec", errs).unwrap_or(&empty);
-    if !matches!(
-        kind,
-        "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet"
-    ) {
-        return;
-    }
-    if kind != "DaemonSet" {
+    if workload != Workload::DaemonSet {
         json::non_negative_at(s, "spec", "replicas", errs);
     }
     json::non_negative_at(s, "spec", "minReadySeconds", errs);
     json::non_negative_at(s, "spec", "revisionHistoryLimit", errs);
-    validate_selector_and_template(kind, s, errs);
-    match kind {
-        "Deployment" => validate_deployment(s, errs),
-        "StatefulSet" => validate_statefulset(s, errs),
-        "DaemonSet" => validate_daemonset(s, errs),
-        _ => {}
+    validate_selector_and_template(workload, s, errs);
+    match workload {
+        Workload::Deployment => validate_deployment(s, errs),
+        Workload::StatefulSet => validate_statefulset(s, errs),
+        Workload::DaemonSet => validate_daemonset(s, errs),
+        Workload::ReplicaSet => {}
     }
     if let Some(old_spec) = old.and_then(|o| o.get("spec")) {
         if s.get("selector") != old_spec.get("selector") {
@@ -46,13 +62,14 @@ pub fn validate(kind: &str, obj: &Value, old: Option<&Value>, errs: &mut Errs) {
                 "field is immutable",
             ));
         }
-        if kind == "StatefulSet" {
+        if workload == Workload::StatefulSet {
             statefulset_update(s, old_spec, errs);
         }
     }
 }
 
-fn validate_selector_and_template(kind: &str, s: &Value, errs: &mut Errs) {
+fn validate_selector_and_template(workload: Workload, s: &Value, errs: &mut Errs) {
+    let kind = workload.kind();
     let selector = json::obj_at(s, "spec", "selector", errs);
     match selector {
         None => errs.push(FieldError::required("spec.selector", "")),
@@ -98,7 +115,7 @@ fn validate_selector_and_template(kind: &str, s: &Value, errs: &mut Errs) {
         ));
     }
     if let Some(ads) = json::peek(t, &["spec", "activeDeadlineSeconds"]) {
-        let what = if kind == "Deployment" || kind == "ReplicaSet" {
+        let what = if matches!(workload, Workload::Deployment | Workload::ReplicaSet) {
             "ReplicaSet"
         } else {
             kind
@@ -335,7 +352,7 @@ fn validate_daemonset(s: &Value, errs: &mut Errs) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::validate;
+    use super::super::validate_kind as validate;
     use serde_json::{json, Value};
 
     fn deployment(spec: Value) -> Value {

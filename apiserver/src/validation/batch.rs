@@ -7,20 +7,21 @@ use super::meta::{selector_matches, validate_label_selector};
 use super::pod::validate_pod_template;
 use super::FieldError;
 
-/// Dispatches to the batch kind's checks.
-pub fn validate(kind: &str, obj: &Value, old: Option<&Value>, errs: &mut Errs) {
+/// Job: its spec, and what an update may not change.
+pub fn validate_job(obj: &Value, old: Option<&Value>, errs: &mut Errs) {
     let empty = Value::Object(Default::default());
     let s = json::obj_at(obj, "", "spec", errs).unwrap_or(&empty);
-    match kind {
-        "Job" => {
-            validate_job_spec(s, "spec", errs);
-            if let Some(old_spec) = old.and_then(|o| o.get("spec")) {
-                validate_job_update(s, old_spec, errs);
-            }
-        }
-        "CronJob" => validate_cronjob(obj, s, errs),
-        _ => {}
+    validate_job_spec(s, "spec", errs);
+    if let Some(old_spec) = old.and_then(|o| o.get("spec")) {
+        validate_job_update(s, old_spec, errs);
     }
+}
+
+/// CronJob: its schedule, time zone and job template.
+pub fn validate_cronjob_object(obj: &Value, _old: Option<&Value>, errs: &mut Errs) {
+    let empty = Value::Object(Default::default());
+    let s = json::obj_at(obj, "", "spec", errs).unwrap_or(&empty);
+    validate_cronjob(obj, s, errs);
 }
 
 /// Validates a JobSpec at `path` (a Job's spec or a CronJob's job template spec).
@@ -233,7 +234,7 @@ fn validate_cronjob(obj: &Value, s: &Value, errs: &mut Errs) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::validate;
+    use super::super::validate_kind as validate;
     use serde_json::{json, Value};
 
     fn pod_template(policy: &str) -> Value {

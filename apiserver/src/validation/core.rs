@@ -13,32 +13,43 @@ use super::FieldError;
 
 const MAX_SECRET_SIZE: usize = 1024 * 1024;
 
-/// Dispatches to the core kind's checks.
-pub fn validate(kind: &str, obj: &Value, old: Option<&Value>, errs: &mut Errs) {
-    match kind {
-        "Pod" => validate_pod(obj, old, errs),
-        "PodTemplate" => {
-            let empty = Value::Object(Default::default());
-            let t = json::obj_at(obj, "", "template", errs).unwrap_or(&empty);
-            validate_pod_template(t, "template", errs);
-        }
-        "ReplicationController" => validate_rc(obj, errs),
-        "Service" => super::service::validate_service(obj, old, errs),
-        "ConfigMap" => validate_config_map(obj, old, errs),
-        "Secret" => validate_secret(obj, old, errs),
-        "Namespace" => validate_namespace(obj, errs),
-        "Endpoints" => validate_endpoints(obj, errs),
-        "ResourceQuota" => validate_resource_quota(obj, errs),
-        "LimitRange" => validate_limit_range(obj, errs),
-        "PersistentVolume" => validate_pv(obj, errs),
-        "PersistentVolumeClaim" => validate_pvc(obj, old, errs),
-        "ServiceAccount" => {
-            for (p, s) in json::objs_at(obj, "", "secrets", errs) {
-                json::str_at(s, &p, "name", errs);
-            }
-        }
-        _ => {}
+/// PodTemplate: its template, as a pod's.
+pub fn validate_pod_template_object(obj: &Value, _old: Option<&Value>, errs: &mut Errs) {
+    let empty = Value::Object(Default::default());
+    let t = json::obj_at(obj, "", "template", errs).unwrap_or(&empty);
+    validate_pod_template(t, "template", errs);
+}
+
+/// ServiceAccount: each secret reference has a name.
+pub fn validate_service_account(obj: &Value, _old: Option<&Value>, errs: &mut Errs) {
+    for (p, s) in json::objs_at(obj, "", "secrets", errs) {
+        json::str_at(s, &p, "name", errs);
     }
+}
+
+/// The entry points with the one signature kinds' strategies call.
+pub fn validate_rc_object(obj: &Value, _old: Option<&Value>, errs: &mut Errs) {
+    validate_rc(obj, errs);
+}
+
+pub fn validate_namespace_object(obj: &Value, _old: Option<&Value>, errs: &mut Errs) {
+    validate_namespace(obj, errs);
+}
+
+pub fn validate_endpoints_object(obj: &Value, _old: Option<&Value>, errs: &mut Errs) {
+    validate_endpoints(obj, errs);
+}
+
+pub fn validate_resource_quota_object(obj: &Value, _old: Option<&Value>, errs: &mut Errs) {
+    validate_resource_quota(obj, errs);
+}
+
+pub fn validate_limit_range_object(obj: &Value, _old: Option<&Value>, errs: &mut Errs) {
+    validate_limit_range(obj, errs);
+}
+
+pub fn validate_pv_object(obj: &Value, _old: Option<&Value>, errs: &mut Errs) {
+    validate_pv(obj, errs);
 }
 
 fn spec<'a>(obj: &'a Value, errs: &mut Errs) -> &'a Value {
@@ -47,7 +58,7 @@ fn spec<'a>(obj: &'a Value, errs: &mut Errs) -> &'a Value {
         .unwrap_or_else(|| EMPTY.get_or_init(|| Value::Object(Default::default())))
 }
 
-fn validate_pod(obj: &Value, old: Option<&Value>, errs: &mut Errs) {
+pub fn validate_pod(obj: &Value, old: Option<&Value>, errs: &mut Errs) {
     let s = spec(obj, errs);
     validate_pod_spec(s, "spec", errs);
     let Some(old_spec) = old.and_then(|o| o.get("spec")) else {
@@ -172,7 +183,7 @@ fn immutable_data(obj: &Value, old: Option<&Value>, fields: &[&str], errs: &mut 
     }
 }
 
-fn validate_config_map(obj: &Value, old: Option<&Value>, errs: &mut Errs) {
+pub fn validate_config_map(obj: &Value, old: Option<&Value>, errs: &mut Errs) {
     let data = validate_data_keys(obj, "data", errs);
     let binary = validate_data_keys(obj, "binaryData", errs);
     for k in &binary {
@@ -206,7 +217,7 @@ fn base64_decoded_len(s: &str) -> Option<usize> {
     valid.then(|| s.len() / 4 * 3 - (s.len() - s.trim_end_matches('=').len()))
 }
 
-fn validate_secret(obj: &Value, old: Option<&Value>, errs: &mut Errs) {
+pub fn validate_secret(obj: &Value, old: Option<&Value>, errs: &mut Errs) {
     validate_data_keys(obj, "data", errs);
     let mut size = 0;
     let data = obj.get("data").and_then(Value::as_object);
@@ -492,7 +503,7 @@ fn validate_pv(obj: &Value, errs: &mut Errs) {
     }
 }
 
-fn validate_pvc(obj: &Value, old: Option<&Value>, errs: &mut Errs) {
+pub fn validate_pvc(obj: &Value, old: Option<&Value>, errs: &mut Errs) {
     let s = spec(obj, errs);
     validate_access_modes(s, errs);
     validate_volume_mode(s, errs);

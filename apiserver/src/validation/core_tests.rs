@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::validate;
+use super::validate_kind as validate;
 
 fn msgs(kind: &str, namespaced: bool, obj: &Value, old: Option<&Value>) -> Vec<String> {
     validate("", kind, namespaced, obj, old)
@@ -249,7 +249,7 @@ fn defaulted_objects_validate_cleanly() {
         ),
     ];
     for (group, kind, namespaced, mut obj) in cases {
-        super::super::defaults::apply(group, kind, &mut obj);
+        crate::defaults::tests::apply(group, kind, &mut obj);
         let errs: Vec<String> = validate(group, kind, namespaced, &obj, None)
             .iter()
             .map(|e| e.message())

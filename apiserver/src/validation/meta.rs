@@ -353,7 +353,9 @@ mod tests {
 
     fn create(obj: Value, namespaced: bool) -> Vec<String> {
         let mut errs = Vec::new();
-        let f = |n: &str, p: bool| super::super::names::validate_name_for("", "ConfigMap", n, p);
+        let f = |n: &str, p: bool| {
+            super::super::names::validate_name_for(super::super::names::NameRule::Subdomain, n, p)
+        };
         validate_object_meta(&obj, namespaced, &f, &mut errs);
         errs.iter().map(FieldError::message).collect()
     }

@@ -15,19 +15,17 @@ use super::FieldError;
 
 const HIGHEST_USER_PRIORITY: i64 = 1_000_000_000;
 
-/// Dispatches to the kind's checks for groups without their own module.
-pub fn validate(group: &str, kind: &str, obj: &Value, old: Option<&Value>, errs: &mut Errs) {
-    match (group, kind) {
-        ("scheduling.k8s.io", "PriorityClass") => validate_priority_class(obj, old, errs),
-        ("policy", "PodDisruptionBudget") => validate_pdb(obj, errs),
-        ("storage.k8s.io", "StorageClass") => validate_storage_class(obj, old, errs),
-        ("coordination.k8s.io", "Lease") => validate_lease(obj, errs),
-        ("discovery.k8s.io", "EndpointSlice") => validate_endpoint_slice(obj, old, errs),
-        _ => {}
-    }
+/// PodDisruptionBudget: its budget and selector.
+pub fn validate_pdb_object(obj: &Value, _old: Option<&Value>, errs: &mut Errs) {
+    validate_pdb(obj, errs);
 }
 
-fn validate_priority_class(obj: &Value, old: Option<&Value>, errs: &mut Errs) {
+/// Lease: its durations and transitions.
+pub fn validate_lease_object(obj: &Value, _old: Option<&Value>, errs: &mut Errs) {
+    validate_lease(obj, errs);
+}
+
+pub fn validate_priority_class(obj: &Value, old: Option<&Value>, errs: &mut Errs) {
     let name = json::peek_str(obj, &["metadata", "name"]).unwrap_or("");
     let value = json::int_at(obj, "", "value", errs).unwrap_or(0);
     let known_system = matches!(
@@ -127,7 +125,7 @@ fn validate_pdb(obj: &Value, errs: &mut Errs) {
     }
 }
 
-fn validate_storage_class(obj: &Value, old: Option<&Value>, errs: &mut Errs) {
+pub fn validate_storage_class(obj: &Value, old: Option<&Value>, errs: &mut Errs) {
     let provisioner = json::str_or_empty(obj, "", "provisioner", errs);
     if provisioner.is_empty() {
         errs.push(FieldError::required("provisioner", ""));
@@ -226,7 +224,7 @@ fn looks_like_rfc3339(t: &str) -> bool {
             || b[19..].iter().any(|c| matches!(c, b'+' | b'-')))
 }
 
-fn validate_endpoint_slice(obj: &Value, old: Option<&Value>, errs: &mut Errs) {
+pub fn validate_endpoint_slice(obj: &Value, old: Option<&Value>, errs: &mut Errs) {
     let addr_type = json::str_or_empty(obj, "", "addressType", errs);
     match addr_type {
         "" => errs.push(FieldError::required("addressType", "")),
@@ -308,7 +306,7 @@ fn validate_endpoint_slice(obj: &Value, old: Option<&Value>, errs: &mut Errs) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::validate;
+    use super::super::validate_kind as validate;
     use serde_json::{json, Value};
 
     fn msgs(

@@ -5,23 +5,28 @@
 
 use serde_json::Value;
 
-mod apps;
-mod batch;
-mod core;
+pub mod apps;
+pub mod batch;
+pub mod core;
 #[cfg(test)]
 mod core_tests;
 mod cron;
 mod json;
 mod meta;
-mod misc;
+pub mod misc;
 mod names;
-mod networking;
+pub mod networking;
 pub mod pod;
 mod quantity;
-mod rbac;
-mod service;
+pub mod rbac;
+pub mod service;
 
+pub use self::json::Errs;
+pub use self::names::NameRule;
 pub use self::quantity::{parse_quantity, Quantity};
+
+use crate::catalog::ResourceInfo;
+use crate::kinds::Strategy;
 
 /// What went wrong with a field, as upstream's `field.ErrorType`, with its bad value.
 #[derive(Debug, Clone, PartialEq)]
@@ -235,10 +240,15 @@ pub fn go_quote(s: &str) -> String {
     out
 }
 
-/// Validates a create (`old` = None) or an update (`old` = the stored object) of `group`/`kind`.
-pub fn validate(
-    group: &str,
-    kind: &str,
+/// Validates a create (`old` = None) or an update (`old` = the stored object) of an object
+/// of the kind `info` serves: the ObjectMeta checks every kind shares, with the kind's name
+/// rule, then the kind's own.
+pub fn validate(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
+    validate_as(info.strategy, info.namespaced, obj, old)
+}
+
+fn validate_as(
+    strategy: &dyn Strategy,
     namespaced: bool,
     obj: &Value,
     old: Option<&Value>,
@@ -253,25 +263,27 @@ pub fn validate(
         return errs;
     }
     let old = old.filter(|o| o.is_object());
-    let name_fn = |name: &str, prefix: bool| names::validate_name_for(group, kind, name, prefix);
+    let rule = strategy.name_rule();
+    let name_fn = |name: &str, prefix: bool| names::validate_name_for(rule, name, prefix);
     match old {
         None => meta::validate_object_meta(obj, namespaced, &name_fn, &mut errs),
         Some(old) => meta::validate_object_meta_update(obj, old, namespaced, &name_fn, &mut errs),
     }
-    match group {
-        "" => core::validate(kind, obj, old, &mut errs),
-        "apps" => apps::validate(kind, obj, old, &mut errs),
-        "batch" => batch::validate(kind, obj, old, &mut errs),
-        "rbac.authorization.k8s.io" => rbac::validate(kind, obj, old, &mut errs),
-        "networking.k8s.io" => networking::validate(kind, obj, old, &mut errs),
-        _ => misc::validate(group, kind, obj, old, &mut errs),
-    }
+    strategy.validate(obj, old, &mut errs);
     errs
 }
 
-/// Validates `name` as `group`/`kind`'s objects must be named; returns upstream's messages.
-pub fn validate_name(group: &str, kind: &str, name: &str) -> Vec<String> {
-    names::validate_name_for(group, kind, name, false)
+/// Validates an object of the served `group`/`kind` as if it were `namespaced` (tests).
+#[cfg(test)]
+pub(crate) fn validate_kind(
+    group: &str,
+    kind: &str,
+    namespaced: bool,
+    obj: &Value,
+    old: Option<&Value>,
+) -> Vec<FieldError> {
+    let info = crate::catalog::by_kind(group, kind).expect("a served kind");
+    validate_as(info.strategy, namespaced, obj, old)
 }
 
 #[cfg(test)]
@@ -349,21 +361,35 @@ mod tests {
     #[test]
     fn a_non_object_is_one_error_not_a_panic() {
         for v in [json!(null), json!(3), json!("x"), json!([1])] {
-            let errs = validate("", "Pod", true, &v, None);
+            let errs = validate_kind("", "Pod", true, &v, None);
             assert_eq!(errs.len(), 1, "{v}");
         }
     }
 
     #[test]
-    fn validate_name_uses_each_kinds_rule() {
-        assert!(validate_name("", "ConfigMap", "a.b").is_empty());
+    fn each_kind_names_its_rule() {
+        let rule = |group: &str, kind: &str| {
+            crate::catalog::by_kind(group, kind)
+                .expect("a served kind")
+                .strategy
+                .name_rule()
+        };
+        assert_eq!(rule("", "ConfigMap"), NameRule::Subdomain);
+        assert_eq!(rule("", "Namespace"), NameRule::Label);
+        assert_eq!(rule("apps", "StatefulSet"), NameRule::Label);
+        assert_eq!(rule("", "Service"), NameRule::Dns1035);
         assert_eq!(
-            validate_name("", "Namespace", "a.b"),
+            rule("rbac.authorization.k8s.io", "Role"),
+            NameRule::PathSegment
+        );
+        assert!(names::validate_name_for(NameRule::Subdomain, "a.b", false).is_empty());
+        assert_eq!(
+            names::validate_name_for(NameRule::Label, "a.b", false),
             vec!["must not contain dots"]
         );
-        assert!(validate_name("rbac.authorization.k8s.io", "Role", "system:x").is_empty());
+        assert!(names::validate_name_for(NameRule::PathSegment, "system:x", false).is_empty());
         assert_eq!(
-            validate_name("rbac.authorization.k8s.io", "Role", "a/b"),
+            names::validate_name_for(NameRule::PathSegment, "a/b", false),
             vec!["may not contain '/'"]
         );
     }

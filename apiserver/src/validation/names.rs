@@ -284,28 +284,20 @@ fn mask_trailing_dash(s: &str) -> String {
 }
 
 /// The name rules a kind's objects follow.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum NameRule {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NameRule {
+    /// A DNS-1123 subdomain (most kinds).
     Subdomain,
+    /// A DNS-1123 label (namespaces, StatefulSets: the name becomes part of a host name).
     Label,
+    /// A DNS-1035 label (Services: it must start with a letter).
     Dns1035,
+    /// Anything that is a path segment (RBAC objects: `system:` names).
     PathSegment,
 }
 
-fn rule_for(group: &str, kind: &str) -> NameRule {
-    match (group, kind) {
-        ("", "Namespace") | ("apps", "StatefulSet") => NameRule::Label,
-        ("", "Service") => NameRule::Dns1035,
-        ("rbac.authorization.k8s.io", _) => NameRule::PathSegment,
-        ("certificates.k8s.io", "CertificateSigningRequest") => NameRule::PathSegment,
-        ("flowcontrol.apiserver.k8s.io", _) => NameRule::PathSegment,
-        _ => NameRule::Subdomain,
-    }
-}
-
-/// Validates a name (or, with `prefix`, a generateName) of `group`/`kind`.
-pub fn validate_name_for(group: &str, kind: &str, name: &str, prefix: bool) -> Vec<String> {
-    let rule = rule_for(group, kind);
+/// Validates a name (or, with `prefix`, a generateName) under `rule`.
+pub fn validate_name_for(rule: NameRule, name: &str, prefix: bool) -> Vec<String> {
     let masked;
     let name = if prefix && rule != NameRule::PathSegment {
         masked = mask_trailing_dash(name);
@@ -407,9 +399,9 @@ mod tests {
 
     #[test]
     fn generate_name_prefixes_may_end_with_a_dash() {
-        assert!(validate_name_for("", "Pod", "web-", true).is_empty());
-        assert!(validate_name_for("", "Pod", "web-", false).len() == 1);
-        assert!(validate_name_for("rbac.authorization.k8s.io", "Role", "..", true).is_empty());
+        assert!(validate_name_for(NameRule::Subdomain, "web-", true).is_empty());
+        assert!(validate_name_for(NameRule::Subdomain, "web-", false).len() == 1);
+        assert!(validate_name_for(NameRule::PathSegment, "..", true).is_empty());
     }
 
     #[test]

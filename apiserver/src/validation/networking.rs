@@ -10,26 +10,33 @@ use super::names::{
 };
 use super::FieldError;
 
-/// Dispatches to the networking kind's checks.
-pub fn validate(kind: &str, obj: &Value, old: Option<&Value>, errs: &mut Errs) {
+/// Ingress: its rules, backends and TLS.
+pub fn validate_ingress_object(obj: &Value, _old: Option<&Value>, errs: &mut Errs) {
     let empty = Value::Object(Default::default());
     let s = json::obj_at(obj, "", "spec", errs).unwrap_or(&empty);
-    match kind {
-        "Ingress" => validate_ingress(s, errs),
-        "IngressClass" => {
-            let c = json::str_or_empty(s, "spec", "controller", errs);
-            if c.is_empty() {
-                errs.push(FieldError::required("spec.controller", ""));
-            } else {
-                validate_domain_prefixed_path(c, "spec.controller", errs);
-            }
-            if let Some(old_spec) = old.and_then(|o| o.get("spec")) {
-                json::immutable(s, old_spec, "spec", "controller", errs);
-            }
-        }
-        "NetworkPolicy" => validate_network_policy(s, errs),
-        _ => {}
+    validate_ingress(s, errs);
+}
+
+/// IngressClass: a controller name, which never changes.
+pub fn validate_ingress_class(obj: &Value, old: Option<&Value>, errs: &mut Errs) {
+    let empty = Value::Object(Default::default());
+    let s = json::obj_at(obj, "", "spec", errs).unwrap_or(&empty);
+    let c = json::str_or_empty(s, "spec", "controller", errs);
+    if c.is_empty() {
+        errs.push(FieldError::required("spec.controller", ""));
+    } else {
+        validate_domain_prefixed_path(c, "spec.controller", errs);
     }
+    if let Some(old_spec) = old.and_then(|o| o.get("spec")) {
+        json::immutable(s, old_spec, "spec", "controller", errs);
+    }
+}
+
+/// NetworkPolicy: its selectors, peers and ports.
+pub fn validate_network_policy_object(obj: &Value, _old: Option<&Value>, errs: &mut Errs) {
+    let empty = Value::Object(Default::default());
+    let s = json::obj_at(obj, "", "spec", errs).unwrap_or(&empty);
+    validate_network_policy(s, errs);
 }
 
 fn validate_domain_prefixed_path(v: &str, p: &str, errs: &mut Errs) {
@@ -338,7 +345,7 @@ fn validate_network_policy(s: &Value, errs: &mut Errs) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::validate;
+    use super::super::validate_kind as validate;
     use serde_json::{json, Value};
 
     fn msgs(kind: &str, spec: Value) -> Vec<String> {

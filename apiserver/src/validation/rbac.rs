@@ -8,29 +8,36 @@ use super::FieldError;
 
 const GROUP: &str = "rbac.authorization.k8s.io";
 
-/// Dispatches to the RBAC kind's checks.
-pub fn validate(kind: &str, obj: &Value, old: Option<&Value>, errs: &mut Errs) {
-    match kind {
-        "Role" => validate_rules(obj, true, errs),
-        "ClusterRole" => {
-            validate_rules(obj, false, errs);
-            if let Some(agg) = json::obj_at(obj, "", "aggregationRule", errs) {
-                let sels = json::objs_at(agg, "aggregationRule", "clusterRoleSelectors", errs);
-                if sels.is_empty() {
-                    errs.push(FieldError::required(
-                        "aggregationRule.clusterRoleSelectors",
-                        "at least one clusterRoleSelector required if aggregationRule is non-nil",
-                    ));
-                }
-                for (p, sel) in sels {
-                    super::meta::validate_label_selector(sel, &p, errs);
-                }
-            }
+/// Role: its rules.
+pub fn validate_role(obj: &Value, _old: Option<&Value>, errs: &mut Errs) {
+    validate_rules(obj, true, errs);
+}
+
+/// ClusterRole: its rules and aggregation rule.
+pub fn validate_cluster_role(obj: &Value, _old: Option<&Value>, errs: &mut Errs) {
+    validate_rules(obj, false, errs);
+    if let Some(agg) = json::obj_at(obj, "", "aggregationRule", errs) {
+        let sels = json::objs_at(agg, "aggregationRule", "clusterRoleSelectors", errs);
+        if sels.is_empty() {
+            errs.push(FieldError::required(
+                "aggregationRule.clusterRoleSelectors",
+                "at least one clusterRoleSelector required if aggregationRule is non-nil",
+            ));
         }
-        "RoleBinding" => validate_binding(obj, old, true, errs),
-        "ClusterRoleBinding" => validate_binding(obj, old, false, errs),
-        _ => {}
+        for (p, sel) in sels {
+            super::meta::validate_label_selector(sel, &p, errs);
+        }
     }
+}
+
+/// RoleBinding: its role reference and subjects.
+pub fn validate_role_binding(obj: &Value, old: Option<&Value>, errs: &mut Errs) {
+    validate_binding(obj, old, true, errs);
+}
+
+/// ClusterRoleBinding: its role reference and subjects.
+pub fn validate_cluster_role_binding(obj: &Value, old: Option<&Value>, errs: &mut Errs) {
+    validate_binding(obj, old, false, errs);
 }
 
 fn validate_rules(obj: &Value, namespaced: bool, errs: &mut Errs) {
@@ -165,7 +172,7 @@ fn validate_subject(s: &Value, p: &str, namespaced: bool, errs: &mut Errs) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::validate;
+    use super::super::validate_kind as validate;
     use serde_json::{json, Value};
 
     fn msgs(kind: &str, namespaced: bool, body: Value, old: Option<&Value>) -> Vec<String> {

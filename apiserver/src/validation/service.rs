@@ -239,7 +239,7 @@ fn validate_update(s: &Value, old: &Value, typ: &str, errs: &mut Errs) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::validate;
+    use super::super::validate_kind as validate;
     use serde_json::{json, Value};
 
     fn svc(spec: Value) -> Value {

@@ -16,13 +16,13 @@ use super::types::{keyed_items, ListKind, Types};
 use super::walk::{field_of, field_set, remove_fields, union_keys};
 
 /// `live` with `config` merged in. `config` must have passed a strict [`field_set`].
-pub(super) fn merge(types: Types<'_>, live: &Value, config: &Value) -> Value {
+pub(super) fn merge(types: Types, live: &Value, config: &Value) -> Value {
     merge_at(types, Some(live), Some(config), &mut Vec::new())
         .unwrap_or_else(|| Value::Object(Map::new()))
 }
 
 fn merge_at<'v>(
-    types: Types<'_>,
+    types: Types,
     live: Option<&'v Value>,
     config: Option<&'v Value>,
     names: &mut Vec<&'v str>,
@@ -152,12 +152,7 @@ pub(super) fn first_by_element<'e, 'v>(items: &'e Keyed<'v>) -> HashMap<&'e Elem
 /// Removes from `merged` the fields the applier applied last time (`last`) that nobody
 /// manages any more (`managed`: every manager's set, the applier's new one included). A
 /// struct the applier set and nobody else has a field in goes as a whole.
-pub(super) fn prune(
-    types: Types<'_>,
-    merged: &Value,
-    last: &FieldSet,
-    managed: &FieldSet,
-) -> Value {
+pub(super) fn prune(types: Types, merged: &Value, last: &FieldSet, managed: &FieldSet) -> Value {
     if last.is_empty() {
         return merged.clone();
     }

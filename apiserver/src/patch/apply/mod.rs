@@ -27,6 +27,8 @@ mod tests_update;
 
 use serde_json::{Map, Value};
 
+use crate::catalog::ResourceInfo;
+
 pub use self::fieldset::{path_string, Element, FieldSet};
 use self::managed::{Entry, ManagerId, Managers, Owned};
 use self::types::Types;
@@ -93,8 +95,8 @@ pub fn conflict_message(conflicts: &[Conflict]) -> String {
 
 /// Which fields a write tracks.
 #[derive(Clone, Copy, Debug)]
-struct Scope<'a> {
-    types: Types<'a>,
+struct Scope {
+    types: Types,
     without_status: bool,
     status_only: bool,
 }
@@ -114,12 +116,13 @@ const SERVER_METADATA: &[&str] = &[
     "managedFields",
 ];
 
-impl<'a> Scope<'a> {
-    fn new(group: &'a str, kind: &'a str, subresource: Option<&str>) -> Self {
-        let has_status = crate::catalog::by_kind(group, kind)
-            .is_some_and(|info| info.subresource("status").is_some());
+impl Scope {
+    fn new(info: &ResourceInfo, subresource: Option<&str>) -> Self {
+        let has_status = info.subresource("status").is_some();
         Scope {
-            types: Types { group, kind },
+            types: Types {
+                schema: info.strategy.merge_schema(),
+            },
             without_status: has_status && subresource.is_none(),
             status_only: subresource == Some("status"),
         }
@@ -188,18 +191,16 @@ fn set_managed_fields(object: &mut Value, fields: Option<Value>) {
 /// As upstream: managedFields in `new` that decode are taken as given (for `/subresource`
 /// writes they are ignored), `[]` or `[{}]` clears them, and an existing object with no
 /// managedFields is not tracked (so a cleared object stays untracked until applied to).
-#[allow(clippy::too_many_arguments)]
 pub fn track_update(
-    group: &str,
-    kind: &str,
-    api_version: &str,
+    info: &ResourceInfo,
     old: Option<&Value>,
     new: &mut Value,
     manager: &str,
     subresource: Option<&str>,
     now: &str,
 ) {
-    let scope = Scope::new(group, kind, subresource);
+    let scope = Scope::new(info, subresource);
+    let api_version = &info.api_version();
     let live = old.and_then(managed_fields_of);
     let requested = managed_fields_of(new).cloned();
     let from_live = || managed::decode(live).unwrap_or_default();
@@ -234,9 +235,7 @@ pub fn track_update(
 /// nothing changes, `current` itself (managedFields included, unless ownership moved).
 #[allow(clippy::too_many_arguments)]
 pub fn apply(
-    group: &str,
-    kind: &str,
-    api_version: &str,
+    info: &ResourceInfo,
     current: Option<&Value>,
     applied: &Value,
     manager: &str,
@@ -244,8 +243,9 @@ pub fn apply(
     subresource: Option<&str>,
     now: &str,
 ) -> Result<Value, ApplyError> {
-    check_applied(kind, api_version, applied)?;
-    let scope = Scope::new(group, kind, subresource);
+    let api_version = &info.api_version();
+    check_applied(info.kind, api_version, applied)?;
+    let scope = Scope::new(info, subresource);
     let mut live = current
         .cloned()
         .unwrap_or_else(|| Value::Object(Map::new()));
@@ -348,7 +348,7 @@ enum Failed {
 /// One apply: merge, prune, then settle ownership against the live object.
 #[allow(clippy::too_many_arguments)]
 fn apply_once(
-    scope: Scope<'_>,
+    scope: Scope,
     live: &Value,
     applied: &Value,
     managers: &Managers,
@@ -412,7 +412,7 @@ fn last_applied_of(object: &Value) -> Option<&str> {
 }
 
 /// The fields kubectl's last-applied configuration sets to what the live object holds.
-fn allowed_by_last_applied(scope: Scope<'_>, live: &Value, api_version: &str) -> Option<FieldSet> {
+fn allowed_by_last_applied(scope: Scope, live: &Value, api_version: &str) -> Option<FieldSet> {
     let last: Value = serde_json::from_str(last_applied_of(live)?).ok()?;
     if last.get("apiVersion").and_then(Value::as_str) != Some(api_version) {
         return None;

@@ -39,16 +39,7 @@ pub(super) fn run(steps: Vec<Step>) -> Result<Value, ApplyError> {
                 let mut new = object.clone().unwrap_or_else(|| json!({}));
                 json_patch::merge(&mut new, &patch);
                 let old = object.as_ref();
-                track_update(
-                    "apps",
-                    "Deployment",
-                    "apps/v1",
-                    old,
-                    &mut new,
-                    manager,
-                    None,
-                    now,
-                );
+                track_update(deployments(), old, &mut new, manager, None, now);
                 new
             }
         };
@@ -64,10 +55,12 @@ pub(super) fn deploy_apply(
     force: bool,
     now: &str,
 ) -> Result<Value, ApplyError> {
-    let kind = ("apps", "Deployment", "apps/v1");
-    apply(
-        kind.0, kind.1, kind.2, current, config, manager, force, None, now,
-    )
+    apply(deployments(), current, config, manager, force, None, now)
+}
+
+/// The catalog entry of apps/v1 Deployments.
+pub(super) fn deployments() -> &'static crate::catalog::ResourceInfo {
+    crate::catalog::by_kind("apps", "Deployment").expect("deployments are served")
 }
 
 /// A Deployment configuration `web` with the given spec.

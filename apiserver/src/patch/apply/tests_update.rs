@@ -2,21 +2,12 @@
 
 use serde_json::{json, Value};
 
-use super::tests::{entry_of, fields_of, owns, run, web, Step::Update, TIMES};
+use super::tests::{deployments, entry_of, fields_of, owns, run, web, Step::Update, TIMES};
 use super::*;
 
 fn track(old: Option<&Value>, new: &Value, manager: &str, sub: Option<&str>, now: &str) -> Value {
     let mut new = new.clone();
-    track_update(
-        "apps",
-        "Deployment",
-        "apps/v1",
-        old,
-        &mut new,
-        manager,
-        sub,
-        now,
-    );
+    track_update(deployments(), old, &mut new, manager, sub, now);
     new
 }
 
@@ -173,7 +164,8 @@ fn status_writes_own_status_and_main_writes_do_not() {
     // Kinds without a status subresource own status like any field.
     let mut map = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
                          "data": {"k": "v"}, "status": {"x": 1}});
-    track_update("", "ConfigMap", "v1", None, &mut map, "m", None, TIMES[0]);
+    let config_maps = crate::catalog::by_kind("", "ConfigMap").expect("served");
+    track_update(config_maps, None, &mut map, "m", None, TIMES[0]);
     let fields = &map["metadata"]["managedFields"][0]["fieldsV1"];
     assert_eq!(
         fields,

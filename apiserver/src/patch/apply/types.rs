@@ -8,7 +8,7 @@
 use serde_json::{Map, Value};
 
 use super::fieldset::Element;
-use crate::patch::strategic::field_strategy;
+use crate::patch::strategic::{field_strategy, Ty};
 
 /// How the items of a list are identified.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,15 +69,15 @@ const STRING_MAPS: &[&str] = &["labels", "annotations"];
 
 /// The field facts of one kind.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Types<'a> {
-    pub group: &'a str,
-    pub kind: &'a str,
+pub(super) struct Types {
+    /// The kind's strategic-merge schema, whose list strategies SSA follows.
+    pub schema: Ty,
 }
 
-impl Types<'_> {
+impl Types {
     /// The kind of the list at `names` (field names from the root, list items skipped).
     pub fn list_kind(&self, names: &[&str]) -> ListKind {
-        let Some(strategy) = field_strategy(self.group, self.kind, names) else {
+        let Some(strategy) = field_strategy(self.schema, names) else {
             return ListKind::Atomic;
         };
         if !strategy.strategy.split(',').any(|s| s == "merge") {

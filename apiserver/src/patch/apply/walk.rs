@@ -12,7 +12,7 @@ use super::fieldset::{path_string, Element, FieldSet};
 use super::types::{keyed_items, ListKind, Types};
 
 /// The fields set in `value`. With `strict`, a list whose items cannot be keyed is an error.
-pub(super) fn field_set(types: Types<'_>, value: &Value, strict: bool) -> Result<FieldSet, String> {
+pub(super) fn field_set(types: Types, value: &Value, strict: bool) -> Result<FieldSet, String> {
     let mut out = FieldSet::new();
     collect(
         types,
@@ -26,7 +26,7 @@ pub(super) fn field_set(types: Types<'_>, value: &Value, strict: bool) -> Result
 }
 
 fn collect<'v>(
-    types: Types<'_>,
+    types: Types,
     strict: bool,
     value: &'v Value,
     names: &mut Vec<&'v str>,
@@ -87,7 +87,7 @@ impl Comparison {
 }
 
 /// Compares `old` with `new`.
-pub(super) fn compare(types: Types<'_>, old: &Value, new: &Value) -> Comparison {
+pub(super) fn compare(types: Types, old: &Value, new: &Value) -> Comparison {
     let mut out = Comparison::default();
     let mut walker = Comparer {
         types,
@@ -103,8 +103,8 @@ pub(super) fn compare(types: Types<'_>, old: &Value, new: &Value) -> Comparison 
     out
 }
 
-struct Comparer<'a, 't> {
-    types: Types<'t>,
+struct Comparer<'a> {
+    types: Types,
     out: &'a mut Comparison,
 }
 
@@ -117,7 +117,7 @@ fn is_empty_or_absent(value: Option<&Value>) -> bool {
     }
 }
 
-impl Comparer<'_, '_> {
+impl Comparer<'_> {
     fn walk<'v>(
         &mut self,
         old: Option<&'v Value>,
@@ -246,12 +246,12 @@ pub(super) fn field_of<'v>(map: Option<&'v Map<String, Value>>, name: &str) -> O
 
 /// `value` without the fields of `set`; a member takes its whole subtree, and a map or list
 /// left empty by the removal goes as well.
-pub(super) fn remove_fields(types: Types<'_>, value: &Value, set: &FieldSet) -> Value {
+pub(super) fn remove_fields(types: Types, value: &Value, set: &FieldSet) -> Value {
     remove(types, value, set, &mut Vec::new()).unwrap_or_else(|| Value::Object(Map::new()))
 }
 
 fn remove<'v>(
-    types: Types<'_>,
+    types: Types,
     value: &'v Value,
     set: &FieldSet,
     names: &mut Vec<&'v str>,

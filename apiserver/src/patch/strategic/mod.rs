@@ -18,6 +18,12 @@ mod directives;
 mod error;
 mod identity;
 mod schema;
+/// The schema of a served kind, or a plain object for any other (tests).
+#[cfg(test)]
+pub(crate) fn root_of(group: &str, kind: &str) -> Ty {
+    crate::catalog::by_kind(group, kind).map_or(Ty::Object, |info| info.strategy.merge_schema())
+}
+
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -26,6 +32,7 @@ mod tests_errors;
 use serde_json::Value;
 
 pub use self::error::PatchError;
+pub use self::schema::Ty;
 
 /// Per-field patch metadata, as upstream's k8s.io/api Go struct tags
 /// `patchStrategy:"merge" patchMergeKey:"name"` declare it (the OpenAPI
@@ -38,11 +45,11 @@ pub struct FieldStrategy {
 }
 
 /// The patch metadata of the field at `path` (JSON field names from the object's root; list
-/// items are transparent, e.g. `["spec", "template", "spec", "containers", "env"]`) of
-/// group (`""` = core) / kind, if the field declares a strategy.
-pub fn field_strategy(group: &str, kind: &str, path: &[&str]) -> Option<FieldStrategy> {
+/// items are transparent, e.g. `["spec", "template", "spec", "containers", "env"]`) of an
+/// object whose schema is `root`, if the field declares a strategy.
+pub fn field_strategy(root: Ty, path: &[&str]) -> Option<FieldStrategy> {
     let (last, parents) = path.split_last()?;
-    let mut ty = schema::root(group, kind);
+    let mut ty = root;
     for name in parents {
         ty = ty.field(name)?.ty?;
     }
@@ -53,15 +60,10 @@ pub fn field_strategy(group: &str, kind: &str, path: &[&str]) -> Option<FieldStr
     })
 }
 
-/// Applies the strategic merge patch `patch` to `original`, an object of group (`""` = core) /
-/// kind, and returns the patched object. A `null` patch changes nothing; a patch that is not
-/// a JSON object is an error.
-pub fn apply(
-    group: &str,
-    kind: &str,
-    original: &Value,
-    patch: &Value,
-) -> Result<Value, PatchError> {
+/// Applies the strategic merge patch `patch` to `original`, an object whose schema is `root`
+/// (its kind's [`crate::kinds::Strategy::merge_schema`]), and returns the patched object. A
+/// `null` patch changes nothing; a patch that is not a JSON object is an error.
+pub fn apply(root: Ty, original: &Value, patch: &Value) -> Result<Value, PatchError> {
     let patch = match patch {
         Value::Object(patch) => patch.clone(),
         Value::Null => return Ok(original.clone()),
@@ -72,6 +74,5 @@ pub fn apply(
         Value::Null => serde_json::Map::new(),
         _ => return Err(PatchError::BadJsonDoc),
     };
-    let root = schema::root(group, kind);
     apply::merge_map(original, patch, Some(root)).map(Value::Object)
 }

@@ -70,7 +70,7 @@ const fn merge_retain(name: &'static str, key: &'static str, ty: Option<Ty>) -> 
 /// The types with patch metadata. Several Go types with identical relevant fields share one
 /// entry (e.g. every `...Status` whose only tagged field is `conditions` keyed by `type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Ty {
+pub enum Ty {
     /// Any object whose only tagged fields are in its ObjectMeta (ConfigMap, Role, Lease, …);
     /// also PersistentVolumeClaimTemplate.
     Object,
@@ -241,42 +241,5 @@ impl Ty {
     /// The entry for the JSON field `name` of this type, if it has one.
     pub(super) fn field(self, name: &str) -> Option<&'static Field> {
         self.fields().iter().find(|field| field.name == name)
-    }
-}
-
-/// The root type of a kind. Kinds not listed (including ones we do not serve) get [`Ty::Object`]:
-/// every API object has ObjectMeta, whose finalizers and ownerReferences merge.
-pub(super) fn root(group: &str, kind: &str) -> Ty {
-    match (group, kind) {
-        ("", "Pod") => Ty::Pod,
-        ("", "PodTemplate") => Ty::PodTemplate,
-        ("", "Service") => Ty::Service,
-        ("", "ServiceAccount") => Ty::ServiceAccount,
-        ("", "Node") => Ty::Node,
-        ("", "Namespace") => Ty::ObjectWithConditions,
-        ("", "PersistentVolumeClaim") => Ty::PersistentVolumeClaim,
-        ("", "ReplicationController") => Ty::Workload,
-        ("apps", "Deployment") => Ty::Deployment,
-        ("apps", "ReplicaSet" | "StatefulSet" | "DaemonSet") => Ty::Workload,
-        ("batch", "Job") => Ty::Job,
-        ("batch", "CronJob") => Ty::CronJob,
-        ("policy", "PodDisruptionBudget") => Ty::PodDisruptionBudget,
-        ("autoscaling", "HorizontalPodAutoscaler") => Ty::ObjectWithConditions,
-        ("flowcontrol.apiserver.k8s.io", "FlowSchema" | "PriorityLevelConfiguration") => {
-            Ty::ObjectWithConditions
-        }
-        ("networking.k8s.io", "ServiceCIDR") => Ty::ObjectWithConditions,
-        (
-            "admissionregistration.k8s.io",
-            "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration",
-        ) => Ty::WebhookConfiguration,
-        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
-            Ty::ValidatingAdmissionPolicy
-        }
-        ("storage.k8s.io", "CSINode") => Ty::CsiNode,
-        // Endpoints, ConfigMap, Secret, Event, LimitRange, ResourceQuota, PersistentVolume,
-        // ControllerRevision, Lease, EndpointSlice, events.k8s.io Event, RBAC, Ingress,
-        // IngressClass, NetworkPolicy, StorageClass, PriorityClass, …: metadata only.
-        _ => Ty::Object,
     }
 }

@@ -4,7 +4,17 @@
 
 use serde_json::{json, Value};
 
-use super::apply;
+use super::{root_of, PatchError};
+
+/// The engine on an object of a served kind.
+pub(super) fn apply(
+    group: &str,
+    kind: &str,
+    original: &Value,
+    patch: &Value,
+) -> Result<Value, PatchError> {
+    super::apply(root_of(group, kind), original, patch)
+}
 
 struct Case {
     name: &'static str,

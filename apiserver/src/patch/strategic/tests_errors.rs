@@ -2,8 +2,13 @@
 
 use serde_json::{json, Value};
 
+use super::tests::apply;
 use super::tests::pod_spec;
-use super::{apply, field_strategy, FieldStrategy, PatchError};
+use super::{root_of, FieldStrategy, PatchError};
+
+fn field_strategy(group: &str, kind: &str, path: &[&str]) -> Option<FieldStrategy> {
+    super::field_strategy(root_of(group, kind), path)
+}
 
 fn error_of(kind: &str, original: Value, patch: Value) -> PatchError {
     match apply("", kind, &original, &patch) {
