@@ -1,8 +1,11 @@
 //! rudder-admission: the admission chain and its built-in plugins.
 //!
-//! Admission runs after authentication, authorization, decoding, defaulting and validation and
-//! before an object is written: every mutating plugin in order, then every validating plugin,
-//! stopping at the first refusal. The chain is two small traits and a loop; the binary
+//! Admission runs in two phases around the kind's own checks, as upstream's: after
+//! authentication, authorization, decoding and defaulting, every mutating plugin in order
+//! ([`Chain::mutate`]); then the store prepares, defaults and validates the result, so what a
+//! mutating plugin set is validated; then every validating plugin ([`Chain::validate`]), and
+//! only then the write. The first refusal stops the request. The chain is two small traits and
+//! two loops; the binary
 //! registers plugins explicitly. This crate knows requests only as JSON objects and a few
 //! attributes; it depends on no storage and no HTTP type. Plugins that need to read the cluster
 //! (NamespaceLifecycle reads namespaces, Priority reads PriorityClasses) take a small lookup
@@ -97,7 +100,8 @@ pub trait Validating: Send + Sync {
     ) -> Result<(), Denied>;
 }
 
-/// The chain: mutating plugins in order, then validating plugins, first refusal wins.
+/// The chain: mutating plugins in order, then (after the kind's validation) validating
+/// plugins; the first refusal wins.
 #[derive(Default)]
 pub struct Chain {
     mutating: Vec<Box<dyn Mutating>>,
@@ -128,7 +132,8 @@ impl Chain {
             .collect()
     }
 
-    pub async fn admit(
+    /// The mutating phase: each mutating plugin may change `object` (None for deletes).
+    pub async fn mutate(
         &self,
         attributes: &Attributes,
         mut object: Option<&mut Value>,
@@ -137,8 +142,18 @@ impl Chain {
         for plugin in &self.mutating {
             plugin.admit(attributes, object.as_deref_mut(), old).await?;
         }
+        Ok(())
+    }
+
+    /// The validating phase, on the object as it will be written.
+    pub async fn validate(
+        &self,
+        attributes: &Attributes,
+        object: Option<&Value>,
+        old: Option<&Value>,
+    ) -> Result<(), Denied> {
         for plugin in &self.validating {
-            plugin.validate(attributes, object.as_deref(), old).await?;
+            plugin.validate(attributes, object, old).await?;
         }
         Ok(())
     }
@@ -211,8 +226,14 @@ mod tests {
             .with_mutating(AddLabel)
             .with_validating(RequireLabel(calls.clone()));
         let mut object = serde_json::json!({"metadata": {"name": "x"}});
+        let create = attributes(Operation::Create);
         chain
-            .admit(&attributes(Operation::Create), Some(&mut object), None)
+            .mutate(&create, Some(&mut object), None)
+            .await
+            .expect("mutated");
+        assert_eq!(calls.load(Ordering::SeqCst), 0, "validating plugins wait");
+        chain
+            .validate(&create, Some(&object), None)
             .await
             .expect("admitted");
         assert_eq!(object["metadata"]["labels"]["added"], "yes");
@@ -224,9 +245,9 @@ mod tests {
     async fn the_first_refusal_stops_the_chain() {
         let calls = Arc::new(AtomicUsize::new(0));
         let chain = Chain::new().with_validating(RequireLabel(calls.clone()));
-        let mut object = serde_json::json!({"metadata": {"name": "x"}});
+        let object = serde_json::json!({"metadata": {"name": "x"}});
         let denied = chain
-            .admit(&attributes(Operation::Create), Some(&mut object), None)
+            .validate(&attributes(Operation::Create), Some(&object), None)
             .await
             .expect_err("refused");
         assert_eq!(denied.code, 403);

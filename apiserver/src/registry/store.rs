@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::keys::object_key;
 use super::object::{self, metadata_mut};
-use super::{storable, strategy, Caller, Registry, Write, Written};
+use super::{storable, strategy, Registry, Write, Written};
 use crate::catalog::ResourceInfo;
 use crate::codec;
 use crate::error::{ApiError, Result};
@@ -103,19 +103,19 @@ impl Registry {
                 let base = object::meta_str(&object, "generateName").to_string();
                 object::set_meta(&mut object, "name", object::generated_name(&base));
             }
+            // Upstream's order: mutating admission, then the kind's preparation, defaults
+            // and validation of the result, then validating admission.
+            strategy::default(info, &mut object);
+            let attributes = attributes(info, Operation::Create, None, write, &object);
+            self.admission
+                .mutate(&attributes, Some(&mut object), None)
+                .await?;
             strategy::prepare_for_create(info, &mut object);
             strategy::default(info, &mut object);
             strategy::validate(info, None, &object, None)?;
-            self.admit(
-                info,
-                Operation::Create,
-                None,
-                &write.caller,
-                write.dry_run,
-                Some(&mut object),
-                None,
-            )
-            .await?;
+            self.admission
+                .validate(&attributes, Some(&object), None)
+                .await?;
             let allocated = self
                 .allocators
                 .allocate(info, &mut object, None, write.dry_run)
@@ -222,19 +222,17 @@ impl Registry {
             if !pinned.is_empty() && pinned != revision.to_string() {
                 return Err(ApiError::modified(info, name));
             }
+            strategy::default(info, &mut object);
+            let attributes = attributes(info, Operation::Update, subresource, write, &current);
+            self.admission
+                .mutate(&attributes, Some(&mut object), Some(&current))
+                .await?;
             strategy::prepare_for_update(info, subresource, &mut object, &current);
             strategy::default(info, &mut object);
             strategy::validate(info, subresource, &object, Some(&current))?;
-            self.admit(
-                info,
-                Operation::Update,
-                subresource,
-                &write.caller,
-                write.dry_run,
-                Some(&mut object),
-                Some(&current),
-            )
-            .await?;
+            self.admission
+                .validate(&attributes, Some(&object), Some(&current))
+                .await?;
             self.allocators
                 .allocate(info, &mut object, Some(&current), write.dry_run)
                 .await?;
@@ -323,16 +321,13 @@ impl Registry {
                 return Err(ApiError::not_found(info, name));
             };
             check_preconditions(info, name, &current, revision, &options.preconditions)?;
-            self.admit(
-                info,
-                Operation::Delete,
-                None,
-                &write.caller,
-                write.dry_run,
-                None,
-                Some(&current),
-            )
-            .await?;
+            let attributes = attributes(info, Operation::Delete, None, write, &current);
+            self.admission
+                .mutate(&attributes, None, Some(&current))
+                .await?;
+            self.admission
+                .validate(&attributes, None, Some(&current))
+                .await?;
             let pending = pending_deletion(info, &current, options);
             if write.dry_run {
                 return Ok(DeleteResult {
@@ -432,42 +427,29 @@ impl Registry {
     ) -> Result<(Value, Vec<String>)> {
         canonicalize(info, object, &[], validation)
     }
+}
 
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn admit(
-        &self,
-        info: &ResourceInfo,
-        operation: Operation,
-        subresource: Option<&str>,
-        caller: &Caller,
-        dry_run: bool,
-        object: Option<&mut Value>,
-        old: Option<&Value>,
-    ) -> Result<()> {
-        let name = object
-            .as_deref()
-            .or(old)
-            .map(|object| object::name(object).to_string())
-            .unwrap_or_default();
-        let namespace = object
-            .as_deref()
-            .or(old)
-            .map(|object| object::namespace(object).to_string())
-            .filter(|namespace| !namespace.is_empty());
-        let attributes = Attributes {
-            operation,
-            group: info.group.to_string(),
-            version: info.version.to_string(),
-            kind: info.kind.to_string(),
-            resource: info.plural.to_string(),
-            subresource: subresource.map(str::to_string),
-            namespace,
-            name,
-            user: caller.user.clone(),
-            dry_run,
-        };
-        self.admission.admit(&attributes, object, old).await?;
-        Ok(())
+/// What admission plugins learn about a write of `object` (the body on create, the stored
+/// object on update and delete: names and namespaces do not change).
+fn attributes(
+    info: &ResourceInfo,
+    operation: Operation,
+    subresource: Option<&str>,
+    write: &Write,
+    object: &Value,
+) -> Attributes {
+    let namespace = Some(object::namespace(object).to_string()).filter(|ns| !ns.is_empty());
+    Attributes {
+        operation,
+        group: info.group.to_string(),
+        version: info.version.to_string(),
+        kind: info.kind.to_string(),
+        resource: info.plural.to_string(),
+        subresource: subresource.map(str::to_string),
+        namespace,
+        name: object::name(object).to_string(),
+        user: write.caller.user.clone(),
+        dry_run: write.dry_run,
     }
 }
 
@@ -749,5 +731,174 @@ mod tests {
         let ns = json!({"metadata": {"name": "a"}, "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}});
         let marked = pending_deletion(namespaces, &ns, &DeleteOptions::default()).expect("marked");
         assert_eq!(marked["status"]["phase"], "Terminating");
+    }
+
+    /// A mutating plugin that sets a label no object may carry, and remembers whether a
+    /// validating plugin ran after it.
+    struct BadLabel;
+
+    #[async_trait::async_trait]
+    impl rudder_admission::Mutating for BadLabel {
+        fn name(&self) -> &'static str {
+            "BadLabel"
+        }
+        async fn admit(
+            &self,
+            _attributes: &Attributes,
+            object: Option<&mut Value>,
+            _old: Option<&Value>,
+        ) -> std::result::Result<(), rudder_admission::Denied> {
+            if let Some(object) = object {
+                object["metadata"]["labels"] = json!({"bad label": "x"});
+            }
+            Ok(())
+        }
+    }
+
+    async fn registry_with(chain: rudder_admission::Chain) -> (Registry, tempfile::TempDir) {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let url = format!("sqlite://{}", dir.path().join("state.db").display());
+        let storage = rudder_storage::open(&url).await.expect("sqlite opens");
+        let cidr = super::super::allocator::Cidr::parse("10.96.0.0/12").expect("cidr");
+        let allocators = super::super::Allocators::new(storage.clone(), cidr, 30000..=32767);
+        let registry = Registry::new(storage, std::sync::Arc::new(chain), allocators);
+        (registry, dir)
+    }
+
+    fn write() -> Write {
+        Write {
+            caller: Default::default(),
+            dry_run: false,
+            field_validation: FieldValidation::Strict,
+            field_manager: None,
+            managed_fields_set: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn what_a_mutating_plugin_sets_is_validated() {
+        let (registry, _dir) =
+            registry_with(rudder_admission::Chain::new().with_mutating(BadLabel)).await;
+        let configmaps = catalog::find("", "v1", "configmaps").expect("cm");
+        let input = Input {
+            object: json!({"metadata": {"name": "a", "namespace": "default"}}),
+            duplicate_fields: Vec::new(),
+        };
+        let refused = registry
+            .create(configmaps, Some("default"), input, &write())
+            .await
+            .expect_err("the mutated object is invalid");
+        assert_eq!(refused.code, 422, "{refused:?}");
+        assert!(
+            registry
+                .get(configmaps, Some("default"), "a")
+                .await
+                .is_err(),
+            "nothing was stored"
+        );
+    }
+
+    /// A kind made up for this test: one strategy, one entry, and the generic store serves
+    /// it with its rules (names are DNS labels, the generation counts spec changes, a
+    /// default fills `spec.size`, validation refuses a negative one).
+    struct WidgetStrategy;
+
+    impl crate::kinds::Strategy for WidgetStrategy {
+        fn uses_generation(&self) -> bool {
+            true
+        }
+        fn name_rule(&self) -> crate::validation::NameRule {
+            crate::validation::NameRule::Label
+        }
+        fn default(&self, object: &mut Value) {
+            if object["spec"]["size"].is_null() {
+                object["spec"]["size"] = json!(1);
+            }
+        }
+        fn validate(
+            &self,
+            object: &Value,
+            _old: Option<&Value>,
+            errors: &mut crate::validation::Errs,
+        ) {
+            if object["spec"]["size"].as_i64().is_some_and(|size| size < 0) {
+                errors.push(crate::validation::FieldError::invalid(
+                    "spec.size",
+                    object["spec"]["size"].clone(),
+                    "must be greater than or equal to 0",
+                ));
+            }
+        }
+        fn merge_schema(&self) -> crate::patch::strategic::Ty {
+            crate::patch::strategic::Ty::Object
+        }
+        fn fields(&self) -> &'static crate::selectors::FieldSet {
+            &crate::selectors::METADATA_ONLY
+        }
+    }
+
+    const WIDGETS: ResourceInfo = ResourceInfo {
+        group: "example.rudder.dev",
+        version: "v1",
+        kind: "Widget",
+        plural: "widgets",
+        singular: "widget",
+        namespaced: true,
+        short_names: &[],
+        categories: &[],
+        verbs: catalog::ALL_VERBS,
+        subresources: &[],
+        storage_prefix: "/registry/example.rudder.dev/widgets",
+        canonicalize: Some(Ok),
+        strategy: &WidgetStrategy,
+        printer: &crate::tables::DefaultTable,
+    };
+
+    #[tokio::test]
+    async fn a_made_up_kind_needs_only_its_entry_and_strategy() {
+        let (registry, _dir) = registry_with(rudder_admission::Chain::new()).await;
+        let input = |spec: Value| Input {
+            object: json!({"metadata": {"name": "w", "namespace": "default"}, "spec": spec}),
+            duplicate_fields: Vec::new(),
+        };
+        let created = registry
+            .create(&WIDGETS, Some("default"), input(json!({})), &write())
+            .await
+            .expect("created");
+        assert_eq!(created.object["spec"]["size"], 1, "defaulted");
+        assert_eq!(created.object["metadata"]["generation"], 1);
+        assert_eq!(created.object["kind"], "Widget");
+        let refused = registry
+            .create(
+                &WIDGETS,
+                Some("default"),
+                input(json!({"size": -1})),
+                &write(),
+            )
+            .await
+            .expect_err("invalid");
+        assert_eq!(refused.code, 422);
+        let dotted = Input {
+            object: json!({"metadata": {"name": "a.b", "namespace": "default"}}),
+            duplicate_fields: Vec::new(),
+        };
+        let refused = registry
+            .create(&WIDGETS, Some("default"), dotted, &write())
+            .await
+            .expect_err("a DNS label has no dots");
+        assert_eq!(refused.code, 422);
+        let resized = registry
+            .update_with(&WIDGETS, Some("default"), "w", None, &write(), |current| {
+                let mut next = current.clone();
+                next["spec"]["size"] = json!(3);
+                Ok(next)
+            })
+            .await
+            .expect("updated");
+        assert_eq!(resized.object["metadata"]["generation"], 2);
+        let row = WIDGETS
+            .printer
+            .cells(&resized.object, jiff::Timestamp::now());
+        assert_eq!(row[0], "w");
     }
 }
