@@ -7,10 +7,6 @@ use serde_json::Value;
 
 use crate::{Attributes, Denied, Operation, Validating};
 
-/// The namespaces that may never be deleted.
-pub const IMMORTAL_NAMESPACES: &[&str] =
-    &["default", "kube-system", "kube-public", "kube-node-lease"];
-
 /// A namespace as the plugin needs to know it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NamespaceState {
@@ -62,7 +58,7 @@ impl<L: NamespaceLookup> Validating for NamespaceLifecycle<L> {
             && attributes.subresource.is_none()
         {
             if attributes.operation == Operation::Delete
-                && IMMORTAL_NAMESPACES.contains(&attributes.name.as_str())
+                && rudder_facts::namespaces::is_system_namespace(&attributes.name)
             {
                 return Err(Denied::forbidden(format!(
                     "namespaces \"{}\" is forbidden: this namespace may not be deleted",
@@ -140,7 +136,7 @@ mod tests {
     #[tokio::test]
     async fn system_namespaces_cannot_be_deleted() {
         let plugin = NamespaceLifecycle::new(Fixed(NamespaceState::Active));
-        for name in IMMORTAL_NAMESPACES {
+        for name in rudder_facts::namespaces::SYSTEM_NAMESPACES {
             let mut delete = attributes(Operation::Delete);
             delete.resource = "namespaces".into();
             delete.namespace = None;

@@ -21,6 +21,7 @@ pub mod data_dir;
 pub mod defaults;
 pub mod error;
 pub mod http;
+pub mod json;
 pub mod kinds;
 pub mod limits;
 pub mod openapi;

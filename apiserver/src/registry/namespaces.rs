@@ -13,9 +13,7 @@ use crate::catalog;
 use crate::error::Result;
 use crate::request::FieldValidation;
 
-/// The namespaces every cluster has.
-pub const SYSTEM_NAMESPACES: &[&str] =
-    &["default", "kube-system", "kube-public", "kube-node-lease"];
+use rudder_facts::namespaces::SYSTEM_NAMESPACES;
 
 fn system_write() -> Write {
     Write {

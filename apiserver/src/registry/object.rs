@@ -40,13 +40,7 @@ pub fn meta_str<'a>(object: &'a Value, field: &str) -> &'a str {
         .unwrap_or("")
 }
 
-pub fn name(object: &Value) -> &str {
-    meta_str(object, "name")
-}
-
-pub fn namespace(object: &Value) -> &str {
-    meta_str(object, "namespace")
-}
+pub use crate::json::{is_deleting, name, namespace};
 
 pub fn set_meta(object: &mut Value, field: &str, value: impl Into<Value>) {
     metadata_mut(object).insert(field.to_string(), value.into());
@@ -70,10 +64,6 @@ pub fn finalizers(object: &Value) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-pub fn is_deleting(object: &Value) -> bool {
-    !meta_str(object, "deletionTimestamp").is_empty()
 }
 
 /// Sets `metadata.resourceVersion` (storage's mod_revision) on an object read from storage.

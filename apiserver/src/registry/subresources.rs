@@ -8,39 +8,20 @@ use super::object;
 use super::{Registry, Write, Written};
 use crate::catalog::ResourceInfo;
 use crate::error::{ApiError, Cause, Result};
+use crate::selectors::LabelSelector;
 
-/// A label selector (`matchLabels`/`matchExpressions`, or an RC's plain map) as the string
-/// form Scale's `status.selector` carries.
+/// A workload's `spec.selector` (a LabelSelector, or an RC's plain map) as the string form
+/// Scale's `status.selector` carries.
 fn selector_string(selector: &Value) -> String {
-    let mut terms = Vec::new();
-    let labels = selector.get("matchLabels").unwrap_or(selector);
-    if let Some(labels) = labels.as_object() {
-        for (key, value) in labels {
-            if let Some(value) = value.as_str() {
-                terms.push(format!("{key}={value}"));
-            }
-        }
+    let is_label_selector =
+        selector.get("matchLabels").is_some() || selector.get("matchExpressions").is_some();
+    if is_label_selector {
+        LabelSelector::from_object(selector)
+            .map(|selector| selector.to_string())
+            .unwrap_or_default()
+    } else {
+        LabelSelector::from_set(selector).to_string()
     }
-    for expression in selector["matchExpressions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
-        let key = expression["key"].as_str().unwrap_or("");
-        let values: Vec<&str> = expression["values"]
-            .as_array()
-            .map(|values| values.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        match expression["operator"].as_str() {
-            Some("In") => terms.push(format!("{key} in ({})", values.join(","))),
-            Some("NotIn") => terms.push(format!("{key} notin ({})", values.join(","))),
-            Some("Exists") => terms.push(key.to_string()),
-            Some("DoesNotExist") => terms.push(format!("!{key}")),
-            _ => {}
-        }
-    }
-    terms.sort();
-    terms.join(",")
 }
 
 /// The Scale view of a workload.

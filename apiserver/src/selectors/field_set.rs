@@ -11,8 +11,9 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::validate::go_quote;
 use super::{FieldSelector, SelectorError};
+use crate::json::{text, text_at_pointer};
+use crate::validation::go_quote;
 
 /// The fields an object exposes, by selector name.
 pub type Fields = BTreeMap<String, String>;
@@ -74,19 +75,9 @@ pub fn check_supported(set: &FieldSet, selector: &FieldSelector) -> Result<(), S
     })
 }
 
-/// Renders a JSON leaf the way upstream formats the Go field: strings as-is, numbers and
-/// booleans in decimal / `true`/`false`, missing or null as `""`.
-fn text(v: Option<&Value>) -> String {
-    match v {
-        None | Some(Value::Null) => String::new(),
-        Some(Value::String(s)) => s.clone(),
-        Some(other) => other.to_string(),
-    }
-}
-
 /// The field at a JSON pointer, as text.
 pub fn at(obj: &Value, pointer: &str) -> String {
-    text(obj.pointer(pointer))
+    text_at_pointer(obj, pointer)
 }
 
 /// Like [`at`], with the Go zero value for a missing number or boolean.

@@ -9,7 +9,13 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use super::label_lexer::{Lexer, Tok};
-use super::validate::{invalid, label_key_errors, label_value_errors};
+use crate::validation::names::{is_label_value, is_qualified_name};
+use crate::validation::{go_quote, FieldError};
+
+/// A field error of type Invalid as upstream renders it: `<path>: Invalid value: "<bad>": <detail>`.
+fn invalid(path: &str, bad: &str, detail: &str) -> String {
+    FieldError::invalid(path, bad, detail).message()
+}
 use super::SelectorError;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +54,68 @@ impl LabelSelector {
             .map_err(SelectorError::InvalidLabelSelector)?;
         requirements.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(Self { requirements })
+    }
+
+    /// The selector a `metav1.LabelSelector` object (`matchLabels`, `matchExpressions`)
+    /// stands for, as upstream's `LabelSelectorAsSelector`: a missing or null selector and an
+    /// empty one select everything; an unknown operator, a wrong value count or a malformed
+    /// key or value is an error.
+    pub fn from_object(selector: &Value) -> Result<Self, SelectorError> {
+        let mut requirements = Vec::new();
+        let refuse = SelectorError::InvalidLabelSelector;
+        if let Some(labels) = selector.get("matchLabels").and_then(Value::as_object) {
+            for (key, value) in labels {
+                let value = label_text(value);
+                requirements
+                    .push(new_requirement(key, Operator::Equals, vec![value]).map_err(refuse)?);
+            }
+        }
+        let expressions = selector.get("matchExpressions").and_then(Value::as_array);
+        for expression in expressions.into_iter().flatten() {
+            let key = expression.get("key").and_then(Value::as_str).unwrap_or("");
+            let op = match expression.get("operator").and_then(Value::as_str) {
+                Some("In") => Operator::In,
+                Some("NotIn") => Operator::NotIn,
+                Some("Exists") => Operator::Exists,
+                Some("DoesNotExist") => Operator::DoesNotExist,
+                other => {
+                    return Err(refuse(format!(
+                        "{} is not a valid label selector operator",
+                        go_quote(other.unwrap_or(""))
+                    )))
+                }
+            };
+            let mut values: Vec<String> = expression
+                .get("values")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(label_text)
+                .collect();
+            values.sort();
+            values.dedup();
+            requirements.push(new_requirement(key, op, values).map_err(refuse)?);
+        }
+        requirements.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(Self { requirements })
+    }
+
+    /// The selector a plain label map stands for (a Service's or ReplicationController's
+    /// `spec.selector`): every pair must match. Not validated: such maps are checked as labels
+    /// when their object is written.
+    pub fn from_set(set: &Value) -> Self {
+        let mut requirements: Vec<Requirement> = set
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(key, value)| Requirement {
+                key: key.clone(),
+                op: Operator::Equals,
+                values: vec![label_text(value)],
+            })
+            .collect();
+        requirements.sort_by(|a, b| a.key.cmp(&b.key));
+        Self { requirements }
     }
 
     /// True when the selector places no restriction.
@@ -94,11 +162,7 @@ impl fmt::Display for LabelSelector {
 }
 
 fn label_text(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    }
+    crate::json::text(Some(v))
 }
 
 impl Requirement {
@@ -149,7 +213,7 @@ impl fmt::Display for Requirement {
 /// Builds a requirement, collecting every validation problem as upstream's `NewRequirement`.
 fn new_requirement(key: &str, op: Operator, values: Vec<String>) -> Result<Requirement, String> {
     let mut errs: Vec<String> = Vec::new();
-    let key_errs = label_key_errors(key);
+    let key_errs = is_qualified_name(key);
     if !key_errs.is_empty() {
         errs.push(invalid("key", key, &key_errs.join("; ")));
     }
@@ -186,7 +250,7 @@ fn new_requirement(key: &str, op: Operator, values: Vec<String>) -> Result<Requi
         _ => {}
     }
     for (i, v) in values.iter().enumerate() {
-        let value_errs = label_value_errors(v);
+        let value_errs = is_label_value(v);
         if !value_errs.is_empty() {
             errs.push(invalid(
                 &format!("values[{i}][{key}]"),
@@ -321,7 +385,7 @@ impl Parser {
         if tok != Tok::Ident {
             return Err(format!("found '{lit}', expected: identifier"));
         }
-        let key_errs = label_key_errors(&lit);
+        let key_errs = is_qualified_name(&lit);
         if !key_errs.is_empty() {
             return Err(invalid("<nil>", &lit, &key_errs.join("; ")));
         }

@@ -8,13 +8,14 @@ fn labels(v: Value) -> Map<String, Value> {
     v.as_object().cloned().unwrap_or_default()
 }
 
+/// Upstream's `RegexError` joins its examples as `'a',  or 'b', ` (a comma and two spaces).
 const VALUE_RULE: &str = "a valid label must be an empty string or consist of alphanumeric \
                           characters, '-', '_' or '.', and must start and end with an \
-                          alphanumeric character (e.g. 'MyValue' or 'my_value' or '12345', regex \
-                          used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
+                          alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', \
+                          regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
 const NAME_RULE: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and \
-                         must start and end with an alphanumeric character (e.g. 'MyName' or \
-                         'my.name' or '123-abc', regex used for validation is \
+                         must start and end with an alphanumeric character (e.g. 'MyName',  or \
+                         'my.name',  or '123-abc', regex used for validation is \
                          '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
 
 #[test]
@@ -368,4 +369,41 @@ fn emptiness_and_exact_values_are_reported() {
         LabelSelector::parse("").expect("parses"),
         LabelSelector::default()
     );
+}
+
+#[test]
+fn label_selector_objects_and_sets_share_the_parsed_form() {
+    let object = json!({
+        "matchLabels": {"b": "2", "a": "1"},
+        "matchExpressions": [
+            {"key": "tier", "operator": "In", "values": ["web", "api", "web"]},
+            {"key": "canary", "operator": "DoesNotExist"}
+        ]
+    });
+    let selector = LabelSelector::from_object(&object).expect("valid");
+    // Sorted by key, values sorted and de-duplicated, as upstream's String().
+    assert_eq!(selector.to_string(), "a=1,b=2,!canary,tier in (api,web)");
+    assert!(selector.matches(&labels(json!({"a": "1", "b": "2", "tier": "api"}))));
+    assert!(!selector.matches(&labels(
+        json!({"a": "1", "b": "2", "tier": "api", "canary": "y"})
+    )));
+    assert_eq!(
+        LabelSelector::from_object(&object).expect("valid"),
+        LabelSelector::parse("tier in (web,api),b=2,a=1,!canary").expect("parses"),
+        "the object and the query string mean the same selector"
+    );
+    assert!(LabelSelector::from_object(&json!({}))
+        .expect("empty")
+        .is_empty());
+    for bad in [
+        json!({"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}),
+        json!({"matchExpressions": [{"key": "a", "operator": "In"}]}),
+        json!({"matchLabels": {"bad key!": "x"}}),
+    ] {
+        assert!(LabelSelector::from_object(&bad).is_err(), "{bad}");
+    }
+    let set = LabelSelector::from_set(&json!({"app": "web", "a": "b"}));
+    assert_eq!(set.to_string(), "a=b,app=web");
+    assert!(set.matches(&labels(json!({"app": "web", "a": "b", "x": "y"}))));
+    assert!(!set.matches(&labels(json!({"app": "web"}))));
 }

@@ -17,7 +17,6 @@ mod field;
 pub mod field_set;
 mod label;
 mod label_lexer;
-mod validate;
 
 pub use field::FieldSelector;
 pub use field_set::{check_supported, selectable_fields, FieldSet, Fields, Refusal, METADATA_ONLY};

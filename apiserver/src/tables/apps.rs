@@ -3,9 +3,11 @@
 use jiff::Timestamp;
 use serde_json::Value;
 
+use crate::json::{array_at, int_at, name, opt_bool_at, opt_int_at, str_at, value_at};
+
 use super::format::{
-    age, age_col, arr, at, col, container_cells, format_labels, format_selector, i, name, name_col,
-    opt_b, opt_i, s, selector_string, wide, CONTAINERS_DESC, IMAGES_DESC,
+    age, age_col, col, container_cells, format_labels, format_selector, name_col, selector_string,
+    wide, CONTAINERS_DESC, IMAGES_DESC,
 };
 use super::{Column, Printer};
 
@@ -52,17 +54,17 @@ impl Printer for DeploymentTable {
 
     fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
         let n = Value::from(name(obj));
-        let desired = || opt_i(obj, &["spec", "replicas"]).unwrap_or(1);
-        let ready = || i(obj, &["status", "readyReplicas"]);
-        let (names, images) = container_cells(at(obj, &["spec", "template", "spec"]));
+        let desired = || opt_int_at(obj, &["spec", "replicas"]).unwrap_or(1);
+        let ready = || int_at(obj, &["status", "readyReplicas"]);
+        let (names, images) = container_cells(value_at(obj, &["spec", "template", "spec"]));
 
-        let selector = selector_string(at(obj, &["spec", "selector"]))
+        let selector = selector_string(value_at(obj, &["spec", "selector"]))
             .unwrap_or_else(|()| "<invalid>".to_string());
         vec![
             n,
             format!("{}/{}", ready(), desired()).into(),
-            i(obj, &["status", "updatedReplicas"]).into(),
-            i(obj, &["status", "availableReplicas"]).into(),
+            int_at(obj, &["status", "updatedReplicas"]).into(),
+            int_at(obj, &["status", "availableReplicas"]).into(),
             age(obj, now),
             names,
             images,
@@ -98,13 +100,13 @@ impl Printer for ReplicaSetTable {
 
     fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
         let n = Value::from(name(obj));
-        let desired = || opt_i(obj, &["spec", "replicas"]).unwrap_or(1);
-        let ready = || i(obj, &["status", "readyReplicas"]);
-        let (names, images) = container_cells(at(obj, &["spec", "template", "spec"]));
+        let desired = || opt_int_at(obj, &["spec", "replicas"]).unwrap_or(1);
+        let ready = || int_at(obj, &["status", "readyReplicas"]);
+        let (names, images) = container_cells(value_at(obj, &["spec", "template", "spec"]));
         vec![
             n,
             desired().into(),
-            i(obj, &["status", "replicas"]).into(),
+            int_at(obj, &["status", "replicas"]).into(),
             ready().into(),
             age(obj, now),
             names,
@@ -130,9 +132,9 @@ impl Printer for StatefulSetTable {
 
     fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
         let n = Value::from(name(obj));
-        let desired = || opt_i(obj, &["spec", "replicas"]).unwrap_or(1);
-        let ready = || i(obj, &["status", "readyReplicas"]);
-        let (names, images) = container_cells(at(obj, &["spec", "template", "spec"]));
+        let desired = || opt_int_at(obj, &["spec", "replicas"]).unwrap_or(1);
+        let ready = || int_at(obj, &["status", "readyReplicas"]);
+        let (names, images) = container_cells(value_at(obj, &["spec", "template", "spec"]));
 
         vec![
             n,
@@ -190,9 +192,9 @@ impl Printer for DaemonSetTable {
 
     fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
         let n = Value::from(name(obj));
-        let (names, images) = container_cells(at(obj, &["spec", "template", "spec"]));
+        let (names, images) = container_cells(value_at(obj, &["spec", "template", "spec"]));
 
-        let status = |f: &str| Value::from(i(obj, &["status", f]));
+        let status = |f: &str| Value::from(int_at(obj, &["status", f]));
         vec![
             n,
             status("desiredNumberScheduled"),
@@ -236,7 +238,7 @@ impl Printer for ControllerRevisionTable {
         vec![
             n,
             controller_of(obj).into(),
-            i(obj, &["revision"]).into(),
+            int_at(obj, &["revision"]).into(),
             age(obj, now),
         ]
     }
@@ -244,21 +246,21 @@ impl Printer for ControllerRevisionTable {
 
 /// "kind.group/name" of the controlling owner, lower-cased like upstream; "<none>" if none.
 fn controller_of(obj: &Value) -> String {
-    let owner = arr(obj, &["metadata", "ownerReferences"])
+    let owner = array_at(obj, &["metadata", "ownerReferences"])
         .iter()
-        .find(|o| opt_b(o, &["controller"]) == Some(true));
+        .find(|o| opt_bool_at(o, &["controller"]) == Some(true));
     let Some(owner) = owner else {
         return "<none>".to_string();
     };
-    let owner_name = s(owner, &["name"]);
-    let api_version = s(owner, &["apiVersion"]);
+    let owner_name = str_at(owner, &["name"]);
+    let api_version = str_at(owner, &["apiVersion"]);
     let group = match api_version.split('/').collect::<Vec<_>>()[..] {
         [group, _] => group,
         [_] => "",
         // Not a group/version; show the bare name.
         _ => return owner_name.to_string(),
     };
-    let kind = s(owner, &["kind"]);
+    let kind = str_at(owner, &["kind"]);
     let group_kind = match (group, kind) {
         ("", "") => return owner_name.to_string(),
         ("", k) => k.to_string(),

@@ -3,10 +3,14 @@
 use jiff::Timestamp;
 use serde_json::Value;
 
+use crate::json::{
+    array_at, int_at, is_deleting, len_at, name, opt_bool_at, opt_int_at, opt_str_at, str_at,
+    value_at,
+};
+
 use super::format::{
-    age, age_col, arr, at, col, container_cells, deleting, format_selector, human_duration, i,
-    len_of, name, name_col, opt_b, opt_i, opt_s, s, since, time_at, wide, CONTAINERS_DESC,
-    IMAGES_DESC,
+    age, age_col, col, container_cells, format_selector, human_duration, name_col, since, time_at,
+    wide, CONTAINERS_DESC, IMAGES_DESC,
 };
 use super::{Column, Printer};
 
@@ -50,7 +54,7 @@ impl Printer for JobTable {
             age(obj, now),
         ]
         .into_iter()
-        .chain(wide_cells(at(obj, &["spec"])))
+        .chain(wide_cells(value_at(obj, &["spec"])))
         .collect()
     }
 }
@@ -92,23 +96,25 @@ impl Printer for CronJobTable {
 
     fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
         let last = time_at(obj, &["status", "lastScheduleTime"]);
-        let suspend = match opt_b(obj, &["spec", "suspend"]) {
+        let suspend = match opt_bool_at(obj, &["spec", "suspend"]) {
             Some(true) => "True",
             Some(false) => "False",
             None => "<unset>",
         };
         vec![
             Value::from(name(obj)),
-            s(obj, &["spec", "schedule"]).into(),
-            opt_s(obj, &["spec", "timeZone"]).unwrap_or("<none>").into(),
+            str_at(obj, &["spec", "schedule"]).into(),
+            opt_str_at(obj, &["spec", "timeZone"])
+                .unwrap_or("<none>")
+                .into(),
             suspend.into(),
-            len_of(obj, &["status", "active"]).into(),
+            len_at(obj, &["status", "active"]).into(),
             last.map_or_else(|| "<none>".to_string(), |t| since(Some(t), now))
                 .into(),
             age(obj, now),
         ]
         .into_iter()
-        .chain(wide_cells(at(obj, &["spec", "jobTemplate", "spec"])))
+        .chain(wide_cells(value_at(obj, &["spec", "jobTemplate", "spec"])))
         .collect()
     }
 }
@@ -124,7 +130,8 @@ fn wide_tail() -> [Column; 3] {
 
 /// The cells of [`wide_tail`], from a job spec.
 fn wide_cells(job_spec: Option<&Value>) -> [Value; 3] {
-    let (names, images) = container_cells(job_spec.and_then(|j| at(j, &["template", "spec"])));
+    let (names, images) =
+        container_cells(job_spec.and_then(|j| value_at(j, &["template", "spec"])));
     let selector = job_spec.map_or_else(
         || "<none>".to_string(),
         |j| format_selector(j, &["selector"]),
@@ -133,10 +140,10 @@ fn wide_cells(job_spec: Option<&Value>) -> [Value; 3] {
 }
 
 fn has_condition(obj: &Value, ctype: &str) -> bool {
-    arr(obj, &["status", "conditions"])
+    array_at(obj, &["status", "conditions"])
         .iter()
-        .find(|c| s(c, &["type"]) == ctype)
-        .is_some_and(|c| s(c, &["status"]) == "True")
+        .find(|c| str_at(c, &["type"]) == ctype)
+        .is_some_and(|c| str_at(c, &["status"]) == "True")
 }
 
 fn job_status(obj: &Value) -> &'static str {
@@ -144,7 +151,7 @@ fn job_status(obj: &Value) -> &'static str {
         "Complete"
     } else if has_condition(obj, "Failed") {
         "Failed"
-    } else if deleting(obj) {
+    } else if is_deleting(obj) {
         "Terminating"
     } else if has_condition(obj, "Suspended") {
         "Suspended"
@@ -156,11 +163,11 @@ fn job_status(obj: &Value) -> &'static str {
 }
 
 fn completions(obj: &Value) -> String {
-    let succeeded = i(obj, &["status", "succeeded"]);
-    if let Some(total) = opt_i(obj, &["spec", "completions"]) {
+    let succeeded = int_at(obj, &["status", "succeeded"]);
+    if let Some(total) = opt_int_at(obj, &["spec", "completions"]) {
         return format!("{succeeded}/{total}");
     }
-    match i(obj, &["spec", "parallelism"]) {
+    match int_at(obj, &["spec", "parallelism"]) {
         p if p > 1 => format!("{succeeded}/1 of {p}"),
         _ => format!("{succeeded}/1"),
     }

@@ -7,9 +7,11 @@ use std::collections::BTreeSet;
 use jiff::Timestamp;
 use serde_json::Value;
 
+use crate::json::{array_at, int_at, len_at, name, opt_int_at, opt_str_at, str_at, value_at};
+
 use super::format::{
-    age, age_col, arr, at, col, container_cells, format_labels, i, len_of, name, name_col, opt_i,
-    opt_s, quantity, s, wide, CONTAINERS_DESC, IMAGES_DESC,
+    age, age_col, col, container_cells, format_labels, name_col, quantity, wide, CONTAINERS_DESC,
+    IMAGES_DESC,
 };
 use super::{Column, Printer};
 
@@ -27,7 +29,7 @@ impl Printer for NamespaceTable {
 
     fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
         let n = Value::from(name(obj));
-        vec![n, s(obj, &["status", "phase"]).into(), age(obj, now)]
+        vec![n, str_at(obj, &["status", "phase"]).into(), age(obj, now)]
     }
 }
 
@@ -167,7 +169,7 @@ impl Printer for ConfigMapTable {
     fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
         let n = Value::from(name(obj));
 
-        let count = len_of(obj, &["data"]) + len_of(obj, &["binaryData"]);
+        let count = len_at(obj, &["data"]) + len_at(obj, &["binaryData"]);
         vec![n, count.into(), age(obj, now)]
     }
 }
@@ -195,8 +197,8 @@ impl Printer for SecretTable {
         // The API defaults a missing type to Opaque.
         vec![
             n,
-            opt_s(obj, &["type"]).unwrap_or("Opaque").into(),
-            len_of(obj, &["data"]).into(),
+            opt_str_at(obj, &["type"]).unwrap_or("Opaque").into(),
+            len_at(obj, &["data"]).into(),
             age(obj, now),
         ]
     }
@@ -220,7 +222,7 @@ impl Printer for ServiceAccountTable {
 
     fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
         let n = Value::from(name(obj));
-        vec![n, len_of(obj, &["secrets"]).into(), age(obj, now)]
+        vec![n, len_at(obj, &["secrets"]).into(), age(obj, now)]
     }
 }
 
@@ -283,12 +285,12 @@ impl Printer for ReplicationControllerTable {
     fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
         let n = Value::from(name(obj));
 
-        let (names, images) = container_cells(at(obj, &["spec", "template", "spec"]));
+        let (names, images) = container_cells(value_at(obj, &["spec", "template", "spec"]));
         vec![
             n,
-            opt_i(obj, &["spec", "replicas"]).unwrap_or(1).into(),
-            i(obj, &["status", "replicas"]).into(),
-            i(obj, &["status", "readyReplicas"]).into(),
+            opt_int_at(obj, &["spec", "replicas"]).unwrap_or(1).into(),
+            int_at(obj, &["status", "replicas"]).into(),
+            int_at(obj, &["status", "readyReplicas"]).into(),
             age(obj, now),
             names,
             images,
@@ -313,7 +315,7 @@ impl Printer for PodTemplateTable {
     fn cells(&self, obj: &Value, _now: Timestamp) -> Vec<Value> {
         let n = Value::from(name(obj));
 
-        let (names, images) = container_cells(at(obj, &["template", "spec"]));
+        let (names, images) = container_cells(value_at(obj, &["template", "spec"]));
         vec![
             n,
             names,
@@ -331,33 +333,33 @@ fn or_unknown(x: &str) -> Value {
 }
 
 fn node_address(obj: &Value, kind: &str) -> Value {
-    arr(obj, &["status", "addresses"])
+    array_at(obj, &["status", "addresses"])
         .iter()
-        .find(|a| s(a, &["type"]) == kind)
-        .map(|a| s(a, &["address"]))
+        .find(|a| str_at(a, &["type"]) == kind)
+        .map(|a| str_at(a, &["address"]))
         .unwrap_or("<none>")
         .into()
 }
 
 fn node_cells(obj: &Value, n: Value, now: Timestamp) -> Vec<Value> {
     // Upstream keys conditions by type, so the last Ready condition wins.
-    let ready = arr(obj, &["status", "conditions"])
+    let ready = array_at(obj, &["status", "conditions"])
         .iter()
         .rev()
-        .find(|c| s(c, &["type"]) == "Ready")
+        .find(|c| str_at(c, &["type"]) == "Ready")
         .map(|c| {
-            if s(c, &["status"]) == "True" {
+            if str_at(c, &["status"]) == "True" {
                 "Ready"
             } else {
                 "NotReady"
             }
         });
     let mut status = vec![ready.unwrap_or("Unknown")];
-    if at(obj, &["spec", "unschedulable"]).and_then(Value::as_bool) == Some(true) {
+    if value_at(obj, &["spec", "unschedulable"]).and_then(Value::as_bool) == Some(true) {
         status.push("SchedulingDisabled");
     }
     let mut roles = BTreeSet::new();
-    if let Some(Value::Object(labels)) = at(obj, &["metadata", "labels"]) {
+    if let Some(Value::Object(labels)) = value_at(obj, &["metadata", "labels"]) {
         for (k, v) in labels {
             if let Some(role) = k.strip_prefix("node-role.kubernetes.io/") {
                 if !role.is_empty() {
@@ -375,7 +377,7 @@ fn node_cells(obj: &Value, n: Value, now: Timestamp) -> Vec<Value> {
     } else {
         roles.into_iter().collect::<Vec<_>>().join(",")
     };
-    let info = |field: &str| s(obj, &["status", "nodeInfo", field]);
+    let info = |field: &str| str_at(obj, &["status", "nodeInfo", field]);
     vec![
         n,
         status.join(",").into(),
@@ -392,14 +394,14 @@ fn node_cells(obj: &Value, n: Value, now: Timestamp) -> Vec<Value> {
 
 /// The service type; the API defaults a missing one to ClusterIP.
 fn service_type(obj: &Value) -> &str {
-    opt_s(obj, &["spec", "type"]).unwrap_or("ClusterIP")
+    opt_str_at(obj, &["spec", "type"]).unwrap_or("ClusterIP")
 }
 
 fn cluster_ip(obj: &Value) -> String {
-    let first = arr(obj, &["spec", "clusterIPs"])
+    let first = array_at(obj, &["spec", "clusterIPs"])
         .first()
         .and_then(Value::as_str);
-    let ip = first.unwrap_or_else(|| s(obj, &["spec", "clusterIP"]));
+    let ip = first.unwrap_or_else(|| str_at(obj, &["spec", "clusterIP"]));
     if ip.is_empty() { "<none>" } else { ip }.to_string()
 }
 
@@ -411,7 +413,7 @@ fn strings(list: &[Value]) -> Vec<String> {
 }
 
 fn external_ip(obj: &Value) -> String {
-    let external = strings(arr(obj, &["spec", "externalIPs"]));
+    let external = strings(array_at(obj, &["spec", "externalIPs"]));
     match service_type(obj) {
         "ClusterIP" | "NodePort" if external.is_empty() => "<none>".to_string(),
         "ClusterIP" | "NodePort" => external.join(","),
@@ -423,20 +425,20 @@ fn external_ip(obj: &Value) -> String {
                 _ => lb.into_iter().chain(external).collect::<Vec<_>>().join(","),
             }
         }
-        "ExternalName" => s(obj, &["spec", "externalName"]).to_string(),
+        "ExternalName" => str_at(obj, &["spec", "externalName"]).to_string(),
         _ => "<unknown>".to_string(),
     }
 }
 
 /// Sorted, de-duplicated load-balancer ingress points (IP, else hostname).
 pub fn load_balancer_ingress(obj: &Value) -> Vec<String> {
-    let set: BTreeSet<String> = arr(obj, &["status", "loadBalancer", "ingress"])
+    let set: BTreeSet<String> = array_at(obj, &["status", "loadBalancer", "ingress"])
         .iter()
         .map(|e| {
-            if s(e, &["ip"]).is_empty() {
-                s(e, &["hostname"])
+            if str_at(e, &["ip"]).is_empty() {
+                str_at(e, &["hostname"])
             } else {
-                s(e, &["ip"])
+                str_at(e, &["ip"])
             }
         })
         .filter(|x| !x.is_empty())
@@ -446,13 +448,13 @@ pub fn load_balancer_ingress(obj: &Value) -> Vec<String> {
 }
 
 fn service_ports(obj: &Value) -> String {
-    let ports: Vec<String> = arr(obj, &["spec", "ports"])
+    let ports: Vec<String> = array_at(obj, &["spec", "ports"])
         .iter()
         .map(|p| {
-            let proto = opt_s(p, &["protocol"]).unwrap_or("TCP");
-            match i(p, &["nodePort"]) {
-                np if np > 0 => format!("{}:{np}/{proto}", i(p, &["port"])),
-                _ => format!("{}/{proto}", i(p, &["port"])),
+            let proto = opt_str_at(p, &["protocol"]).unwrap_or("TCP");
+            match int_at(p, &["nodePort"]) {
+                np if np > 0 => format!("{}:{np}/{proto}", int_at(p, &["port"])),
+                _ => format!("{}/{proto}", int_at(p, &["port"])),
             }
         })
         .collect();
@@ -472,22 +474,22 @@ fn host_port(ip: &str, port: i64) -> String {
 }
 
 fn format_endpoints(obj: &Value) -> String {
-    let subsets = arr(obj, &["subsets"]);
+    let subsets = array_at(obj, &["subsets"]);
     if subsets.is_empty() {
         return "<none>".to_string();
     }
     let mut all = Vec::new();
     for ss in subsets {
-        let ips: Vec<&str> = arr(ss, &["addresses"])
+        let ips: Vec<&str> = array_at(ss, &["addresses"])
             .iter()
-            .map(|a| s(a, &["ip"]))
+            .map(|a| str_at(a, &["ip"]))
             .collect();
-        let ports = arr(ss, &["ports"]);
+        let ports = array_at(ss, &["ports"]);
         if ports.is_empty() {
             all.extend(ips.iter().map(|ip| ip.to_string()));
         }
         for p in ports {
-            all.extend(ips.iter().map(|ip| host_port(ip, i(p, &["port"]))));
+            all.extend(ips.iter().map(|ip| host_port(ip, int_at(p, &["port"]))));
         }
     }
     super::format::list_with_more(&all, 3, "")
@@ -495,12 +497,12 @@ fn format_endpoints(obj: &Value) -> String {
 
 fn quota_columns(obj: &Value) -> (String, String) {
     let (mut request, mut limit) = (Vec::new(), Vec::new());
-    if let Some(Value::Object(hard)) = at(obj, &["status", "hard"]) {
+    if let Some(Value::Object(hard)) = value_at(obj, &["status", "hard"]) {
         let mut names: Vec<&String> = hard.keys().collect();
         names.sort();
         for res in names {
             let hard_q = quantity(hard.get(res));
-            let used_q = quantity(at(obj, &["status", "used", res.as_str()]));
+            let used_q = quantity(value_at(obj, &["status", "used", res.as_str()]));
             let text = format!("{res}: {used_q}/{hard_q}");
             let mut pieces = res.split('.');
             if pieces.next() == Some("limits") && pieces.next().is_some() {

@@ -4,7 +4,9 @@
 use jiff::Timestamp;
 use serde_json::Value;
 
-use super::format::{at, col, i, name, name_col, opt_i, s, since, time_at, wide};
+use crate::json::{int_at, name, opt_int_at, str_at, value_at};
+
+use super::format::{col, name_col, since, time_at, wide};
 use super::{Column, Printer};
 
 /// The table of core/v1 Events.
@@ -117,17 +119,17 @@ fn cells(f: &Fields, obj: &Value, now: Timestamp) -> Vec<Value> {
         Some(t) => since(Some(t), now),
         None => first.clone(),
     };
-    let mut count = i(obj, &[f.count]);
-    if let Some(series) = at(obj, &["series"]).filter(|v| v.is_object()) {
+    let mut count = int_at(obj, &[f.count]);
+    if let Some(series) = value_at(obj, &["series"]).filter(|v| v.is_object()) {
         last = since(time_at(series, &["lastObservedTime"]), now);
-        count = opt_i(series, &["count"]).unwrap_or(0);
+        count = opt_int_at(series, &["count"]).unwrap_or(0);
     } else if count == 0 {
         // Singleton events from the new API carry no count.
         count = 1;
     }
 
-    let kind_lower = s(obj, &[f.regarding, "kind"]).to_lowercase();
-    let target_name = s(obj, &[f.regarding, "name"]);
+    let kind_lower = str_at(obj, &[f.regarding, "kind"]).to_lowercase();
+    let target_name = str_at(obj, &[f.regarding, "name"]);
     let target = if target_name.is_empty() {
         kind_lower
     } else {
@@ -136,12 +138,12 @@ fn cells(f: &Fields, obj: &Value, now: Timestamp) -> Vec<Value> {
 
     vec![
         Value::from(last),
-        Value::from(s(obj, &["type"])),
-        Value::from(s(obj, &["reason"])),
+        Value::from(str_at(obj, &["type"])),
+        Value::from(str_at(obj, &["reason"])),
         Value::from(target),
-        Value::from(s(obj, &[f.regarding, "fieldPath"])),
+        Value::from(str_at(obj, &[f.regarding, "fieldPath"])),
         Value::from(source(obj, f)),
-        Value::from(s(obj, &[f.message]).trim()),
+        Value::from(str_at(obj, &[f.message]).trim()),
         Value::from(first),
         Value::from(count),
         Value::from(name(obj)),
@@ -158,10 +160,13 @@ fn source(obj: &Value, f: &Fields) -> String {
         }
     };
     let component = pick(
-        s(obj, &[f.source, "component"]),
-        s(obj, &["reportingController"]),
+        str_at(obj, &[f.source, "component"]),
+        str_at(obj, &["reportingController"]),
     );
-    let host = pick(s(obj, &[f.source, "host"]), s(obj, &["reportingInstance"]));
+    let host = pick(
+        str_at(obj, &[f.source, "host"]),
+        str_at(obj, &["reportingInstance"]),
+    );
     if host.is_empty() {
         component
     } else {

@@ -4,6 +4,10 @@
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 
+use crate::json::{array_at, opt_str_at, str_at, text, value_at};
+
+use crate::selectors::LabelSelector;
+
 use super::Column;
 
 // ---------------------------------------------------------------------------------------------
@@ -53,73 +57,9 @@ pub fn age_col() -> Column {
     col("Age", "string", AGE_DESC)
 }
 
-// ---------------------------------------------------------------------------------------------
-// Lenient JSON access: a missing or mistyped field reads as empty/zero
-// ---------------------------------------------------------------------------------------------
-
-/// The value at `path` (object keys), if every step exists.
-pub fn at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
-    path.iter().try_fold(v, |cur, key| cur.get(*key))
-}
-
-/// The string at `path`, or "" when absent or not a string.
-pub fn s<'a>(v: &'a Value, path: &[&str]) -> &'a str {
-    at(v, path).and_then(Value::as_str).unwrap_or("")
-}
-
-/// The string at `path`, if present and a string.
-pub fn opt_s<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
-    at(v, path).and_then(Value::as_str)
-}
-
-/// The integer at `path`, if present (floats with no fraction count too).
-pub fn opt_i(v: &Value, path: &[&str]) -> Option<i64> {
-    let x = at(v, path)?;
-    x.as_i64()
-        .or_else(|| x.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))
-}
-
-/// The integer at `path`, or 0.
-pub fn i(v: &Value, path: &[&str]) -> i64 {
-    opt_i(v, path).unwrap_or(0)
-}
-
-/// The boolean at `path`, if present.
-pub fn opt_b(v: &Value, path: &[&str]) -> Option<bool> {
-    at(v, path).and_then(Value::as_bool)
-}
-
-/// The array at `path`, or an empty slice.
-pub fn arr<'a>(v: &'a Value, path: &[&str]) -> &'a [Value] {
-    at(v, path)
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[])
-}
-
-/// The number of entries of the map (or array) at `path`.
-pub fn len_of(v: &Value, path: &[&str]) -> i64 {
-    let n = match at(v, path) {
-        Some(Value::Object(m)) => m.len(),
-        Some(Value::Array(a)) => a.len(),
-        _ => 0,
-    };
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-/// The object's `metadata.name`.
-pub fn name(obj: &Value) -> &str {
-    s(obj, &["metadata", "name"])
-}
-
-/// True when `metadata.deletionTimestamp` is set.
-pub fn deleting(obj: &Value) -> bool {
-    at(obj, &["metadata", "deletionTimestamp"]).is_some_and(|v| !v.is_null())
-}
-
 /// Renders an int-or-string value ("1", "50%"), if present.
 pub fn int_or_string(v: &Value, path: &[&str]) -> Option<String> {
-    match at(v, path)? {
+    match value_at(v, path)? {
         Value::String(x) => Some(x.clone()),
         Value::Number(n) => Some(n.to_string()),
         _ => None,
@@ -132,7 +72,7 @@ pub fn int_or_string(v: &Value, path: &[&str]) -> Option<String> {
 
 /// Parses an RFC 3339 timestamp at `path`; absent, empty or malformed reads as None.
 pub fn time_at(v: &Value, path: &[&str]) -> Option<Timestamp> {
-    opt_s(v, path)
+    opt_str_at(v, path)
         .filter(|t| !t.is_empty())
         .and_then(|t| t.parse::<Timestamp>().ok())
 }
@@ -217,17 +157,9 @@ pub fn rfc3339(t: Option<Timestamp>) -> String {
 // Labels, selectors, containers
 // ---------------------------------------------------------------------------------------------
 
-fn scalar_text(v: &Value) -> String {
-    match v {
-        Value::String(x) => x.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    }
-}
-
 /// A string map as sorted "k=v" pairs joined by ","; "<none>" when empty.
 pub fn format_labels(v: &Value, path: &[&str]) -> String {
-    let mut pairs: Vec<(&String, &Value)> = match at(v, path) {
+    let mut pairs: Vec<(&String, &Value)> = match value_at(v, path) {
         Some(Value::Object(m)) => m.iter().collect(),
         _ => Vec::new(),
     };
@@ -237,47 +169,25 @@ pub fn format_labels(v: &Value, path: &[&str]) -> String {
     pairs.sort_by(|a, b| a.0.cmp(b.0));
     let text: Vec<String> = pairs
         .iter()
-        .map(|(k, v)| format!("{k}={}", scalar_text(v)))
+        .map(|(k, v)| format!("{k}={}", text(Some(v))))
         .collect();
     text.join(",")
 }
 
-/// A LabelSelector rendered as upstream's selector string ("" when it selects everything or
-/// nothing); Err when an expression has an unknown operator or bad value count.
+/// A LabelSelector rendered as upstream's selector string ("" when it selects everything);
+/// Err when it is malformed.
 pub fn selector_string(sel: Option<&Value>) -> Result<String, ()> {
     let Some(sel) = sel.filter(|v| v.is_object()) else {
         return Ok(String::new());
     };
-    let mut reqs: Vec<(String, String)> = Vec::new();
-    if let Some(Value::Object(m)) = sel.get("matchLabels") {
-        for (k, v) in m {
-            reqs.push((k.clone(), format!("{k}={}", scalar_text(v))));
-        }
-    }
-    for expr in arr(sel, &["matchExpressions"]) {
-        let key = s(expr, &["key"]).to_string();
-        let mut values: Vec<String> = arr(expr, &["values"]).iter().map(scalar_text).collect();
-        values.sort();
-        let text = match s(expr, &["operator"]) {
-            "In" if !values.is_empty() => format!("{key} in ({})", values.join(",")),
-            "NotIn" if !values.is_empty() => format!("{key} notin ({})", values.join(",")),
-            "Exists" if values.is_empty() => key.clone(),
-            "DoesNotExist" if values.is_empty() => format!("!{key}"),
-            _ => return Err(()),
-        };
-        reqs.push((key, text));
-    }
-    reqs.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(reqs
-        .into_iter()
-        .map(|(_, t)| t)
-        .collect::<Vec<_>>()
-        .join(","))
+    LabelSelector::from_object(sel)
+        .map(|selector| selector.to_string())
+        .map_err(|_| ())
 }
 
 /// metav1.FormatLabelSelector: "<none>" when empty, "<error>" when invalid.
 pub fn format_selector(v: &Value, path: &[&str]) -> String {
-    match selector_string(at(v, path)) {
+    match selector_string(value_at(v, path)) {
         Ok(x) if x.is_empty() => "<none>".to_string(),
         Ok(x) => x,
         Err(()) => "<error>".to_string(),
@@ -296,10 +206,10 @@ pub fn quantity(v: Option<&Value>) -> String {
 /// Container names and images of a pod spec's `containers`, each joined by ",".
 pub fn container_cells(pod_spec: Option<&Value>) -> (Value, Value) {
     let containers = pod_spec
-        .map(|spec| arr(spec, &["containers"]))
+        .map(|spec| array_at(spec, &["containers"]))
         .unwrap_or(&[]);
-    let names: Vec<&str> = containers.iter().map(|c| s(c, &["name"])).collect();
-    let images: Vec<&str> = containers.iter().map(|c| s(c, &["image"])).collect();
+    let names: Vec<&str> = containers.iter().map(|c| str_at(c, &["name"])).collect();
+    let images: Vec<&str> = containers.iter().map(|c| str_at(c, &["image"])).collect();
     (Value::from(names.join(",")), Value::from(images.join(",")))
 }
 
@@ -407,14 +317,5 @@ mod tests {
         assert_eq!(list_with_more(&items, 3, "<unset>"), "a,b,c + 2 more...");
         assert_eq!(list_with_more(&items[..2], 3, "<unset>"), "a,b");
         assert_eq!(list_with_more(&[], 3, "<unset>"), "<unset>");
-    }
-
-    #[test]
-    fn lenient_accessors_tolerate_wrong_types() {
-        let v = json!({"a": {"n": "x", "f": 3.0, "arr": 5}});
-        assert_eq!(i(&v, &["a", "n"]), 0);
-        assert_eq!(i(&v, &["a", "f"]), 3);
-        assert!(arr(&v, &["a", "arr"]).is_empty());
-        assert_eq!(s(&v, &["a", "f"]), "");
     }
 }

@@ -49,7 +49,7 @@ impl Printer for DefaultTable {
     fn cells(&self, obj: &Value, _now: jiff::Timestamp) -> Vec<Value> {
         let created = format::time_at(obj, &["metadata", "creationTimestamp"]);
         vec![
-            Value::from(format::name(obj)),
+            Value::from(crate::json::name(obj)),
             Value::from(format::rfc3339(created)),
         ]
     }

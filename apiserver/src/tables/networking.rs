@@ -4,9 +4,9 @@
 use jiff::Timestamp;
 use serde_json::Value;
 
-use super::format::{
-    age, age_col, arr, at, col, format_selector, list_with_more, name, name_col, opt_i, opt_s, s,
-};
+use crate::json::{array_at, name, opt_int_at, opt_str_at, str_at, value_at};
+
+use super::format::{age, age_col, col, format_selector, list_with_more, name_col};
 use super::{Column, Printer};
 
 /// The table of Ingresss.
@@ -39,13 +39,13 @@ impl Printer for IngressTable {
     fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
         let n = Value::from(name(obj));
 
-        let tls = !arr(obj, &["spec", "tls"]).is_empty();
+        let tls = !array_at(obj, &["spec", "tls"]).is_empty();
         vec![
             n,
-            opt_s(obj, &["spec", "ingressClassName"])
+            opt_str_at(obj, &["spec", "ingressClassName"])
                 .unwrap_or("<none>")
                 .into(),
-            ingress_hosts(arr(obj, &["spec", "rules"])).into(),
+            ingress_hosts(array_at(obj, &["spec", "rules"])).into(),
             super::core::load_balancer_ingress(obj).join(",").into(),
             if tls { "80, 443" } else { "80" }.into(),
             age(obj, now),
@@ -77,18 +77,18 @@ impl Printer for IngressClassTable {
     fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
         let n = Value::from(name(obj));
 
-        let params = match at(obj, &["spec", "parameters"]).filter(|p| p.is_object()) {
+        let params = match value_at(obj, &["spec", "parameters"]).filter(|p| p.is_object()) {
             None => "<none>".to_string(),
             Some(p) => {
-                let group = opt_s(p, &["apiGroup"])
+                let group = opt_str_at(p, &["apiGroup"])
                     .map(|g| format!(".{g}"))
                     .unwrap_or_default();
-                format!("{}{group}/{}", s(p, &["kind"]), s(p, &["name"]))
+                format!("{}{group}/{}", str_at(p, &["kind"]), str_at(p, &["name"]))
             }
         };
         vec![
             n,
-            s(obj, &["spec", "controller"]).into(),
+            str_at(obj, &["spec", "controller"]).into(),
             params.into(),
             age(obj, now),
         ]
@@ -152,22 +152,24 @@ impl Printer for EndpointSliceTable {
     fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
         let n = Value::from(name(obj));
 
-        let ports: Vec<String> = arr(obj, &["ports"])
+        let ports: Vec<String> = array_at(obj, &["ports"])
             .iter()
-            .map(|p| match (opt_i(p, &["port"]), opt_s(p, &["name"])) {
-                (Some(num), _) => num.to_string(),
-                (None, Some(port_name)) => port_name.to_string(),
-                (None, None) => "*".to_string(),
-            })
+            .map(
+                |p| match (opt_int_at(p, &["port"]), opt_str_at(p, &["name"])) {
+                    (Some(num), _) => num.to_string(),
+                    (None, Some(port_name)) => port_name.to_string(),
+                    (None, None) => "*".to_string(),
+                },
+            )
             .collect();
-        let addresses: Vec<String> = arr(obj, &["endpoints"])
+        let addresses: Vec<String> = array_at(obj, &["endpoints"])
             .iter()
-            .flat_map(|e| arr(e, &["addresses"]))
+            .flat_map(|e| array_at(e, &["addresses"]))
             .map(|a| a.as_str().unwrap_or("").to_string())
             .collect();
         vec![
             n,
-            s(obj, &["addressType"]).into(),
+            str_at(obj, &["addressType"]).into(),
             list_with_more(&ports, 3, "<unset>").into(),
             list_with_more(&addresses, 3, "<unset>").into(),
             age(obj, now),
@@ -184,7 +186,7 @@ fn ingress_hosts(rules: &[Value]) -> String {
         if hosts.len() == MAX {
             more = true;
         }
-        let host = s(rule, &["host"]);
+        let host = str_at(rule, &["host"]);
         if !more && !host.is_empty() {
             hosts.push(host);
         }

@@ -6,9 +6,9 @@
 use jiff::Timestamp;
 use serde_json::Value;
 
-use super::format::{
-    age, age_col, arr, col, i, int_or_string, name, name_col, opt_b, opt_s, s, wide,
-};
+use crate::json::{array_at, int_at, name, opt_bool_at, opt_str_at, str_at};
+
+use super::format::{age, age_col, col, int_or_string, name_col, wide};
 use super::{Column, Printer};
 
 /// The table of Leases.
@@ -26,7 +26,11 @@ impl Printer for LeaseTable {
     fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
         let n = Value::from(name(obj));
 
-        vec![n, s(obj, &["spec", "holderIdentity"]).into(), age(obj, now)]
+        vec![
+            n,
+            str_at(obj, &["spec", "holderIdentity"]).into(),
+            age(obj, now),
+        ]
     }
 }
 
@@ -107,7 +111,7 @@ impl Printer for PodDisruptionBudgetTable {
             n,
             or_na("minAvailable").into(),
             or_na("maxUnavailable").into(),
-            i(obj, &["status", "disruptionsAllowed"]).into(),
+            int_at(obj, &["status", "disruptionsAllowed"]).into(),
             age(obj, now),
         ]
     }
@@ -146,7 +150,7 @@ impl Printer for StorageClassTable {
     }
 
     fn cells(&self, obj: &Value, now: Timestamp) -> Vec<Value> {
-        let is_default = |key: &str| s(obj, &["metadata", "annotations", key]) == "true";
+        let is_default = |key: &str| str_at(obj, &["metadata", "annotations", key]) == "true";
         let mut shown = name(obj).to_string();
         if is_default("storageclass.kubernetes.io/is-default-class")
             || is_default("storageclass.beta.kubernetes.io/is-default-class")
@@ -155,12 +159,14 @@ impl Printer for StorageClassTable {
         }
         vec![
             shown.into(),
-            s(obj, &["provisioner"]).into(),
-            opt_s(obj, &["reclaimPolicy"]).unwrap_or("Delete").into(),
-            opt_s(obj, &["volumeBindingMode"])
+            str_at(obj, &["provisioner"]).into(),
+            opt_str_at(obj, &["reclaimPolicy"])
+                .unwrap_or("Delete")
+                .into(),
+            opt_str_at(obj, &["volumeBindingMode"])
                 .unwrap_or("Immediate")
                 .into(),
-            opt_b(obj, &["allowVolumeExpansion"])
+            opt_bool_at(obj, &["allowVolumeExpansion"])
                 .unwrap_or(false)
                 .into(),
             age(obj, now),
@@ -199,10 +205,10 @@ impl Printer for PriorityClassTable {
         let n = Value::from(name(obj));
         vec![
             n,
-            i(obj, &["value"]).into(),
-            opt_b(obj, &["globalDefault"]).unwrap_or(false).into(),
+            int_at(obj, &["value"]).into(),
+            opt_bool_at(obj, &["globalDefault"]).unwrap_or(false).into(),
             age(obj, now),
-            s(obj, &["preemptionPolicy"]).into(),
+            str_at(obj, &["preemptionPolicy"]).into(),
         ]
     }
 }
@@ -221,17 +227,20 @@ fn binding_columns(role_desc: &'static str, wide_desc: [&'static str; 3]) -> Vec
 fn binding_cells(obj: &Value, n: Value, now: Timestamp) -> Vec<Value> {
     let role = format!(
         "{}/{}",
-        s(obj, &["roleRef", "kind"]),
-        s(obj, &["roleRef", "name"])
+        str_at(obj, &["roleRef", "kind"]),
+        str_at(obj, &["roleRef", "name"])
     );
     let (mut users, mut groups, mut sas) = (Vec::new(), Vec::new(), Vec::new());
-    for subject in arr(obj, &["subjects"]) {
-        let subject_name = s(subject, &["name"]);
-        match s(subject, &["kind"]) {
+    for subject in array_at(obj, &["subjects"]) {
+        let subject_name = str_at(subject, &["name"]);
+        match str_at(subject, &["kind"]) {
             "User" => users.push(subject_name.to_string()),
             "Group" => groups.push(subject_name.to_string()),
             "ServiceAccount" => {
-                sas.push(format!("{}/{subject_name}", s(subject, &["namespace"])));
+                sas.push(format!(
+                    "{}/{subject_name}",
+                    str_at(subject, &["namespace"])
+                ));
             }
             _ => {}
         }

@@ -6,7 +6,9 @@ use std::collections::HashSet;
 use jiff::Timestamp;
 use serde_json::Value;
 
-use super::format::{age, arr, at, col, deleting, i, name, name_col, opt_b, s, since, time_at};
+use crate::json::{array_at, int_at, is_deleting, name, opt_bool_at, str_at, value_at};
+
+use super::format::{age, col, name_col, since, time_at};
 use super::format::{age_col, wide};
 use super::{Column, Printer};
 
@@ -66,7 +68,7 @@ impl Printer for PodTable {
 
 /// Whether a container state (`state` or `lastState`) holds the given variant.
 fn state_of<'a>(cs: &'a Value, which: &str, variant: &str) -> Option<&'a Value> {
-    at(cs, &[which, variant]).filter(|v| v.is_object())
+    value_at(cs, &[which, variant]).filter(|v| v.is_object())
 }
 
 /// The later of `cur` and the container's last termination time, if any.
@@ -81,44 +83,44 @@ fn later_restart(cur: Option<Timestamp>, cs: &Value) -> Option<Timestamp> {
 
 /// "ExitCode:N" / "Signal:N" or the terminated reason, with a prefix ("" or "Init:").
 fn terminated_reason(term: &Value, prefix: &str) -> String {
-    let reason = s(term, &["reason"]);
+    let reason = str_at(term, &["reason"]);
     if !reason.is_empty() {
         return format!("{prefix}{reason}");
     }
-    match i(term, &["signal"]) {
-        0 => format!("{prefix}ExitCode:{}", i(term, &["exitCode"])),
+    match int_at(term, &["signal"]) {
+        0 => format!("{prefix}ExitCode:{}", int_at(term, &["exitCode"])),
         sig => format!("{prefix}Signal:{sig}"),
     }
 }
 
 fn condition_true(obj: &Value, ctype: &str) -> bool {
     // Upstream looks at the first condition of the type.
-    arr(obj, &["status", "conditions"])
+    array_at(obj, &["status", "conditions"])
         .iter()
-        .find(|c| s(c, &["type"]) == ctype)
-        .is_some_and(|c| s(c, &["status"]) == "True")
+        .find(|c| str_at(c, &["type"]) == ctype)
+        .is_some_and(|c| str_at(c, &["status"]) == "True")
 }
 
 fn pod_cells(obj: &Value, now: Timestamp) -> Vec<Value> {
-    let init_specs = arr(obj, &["spec", "initContainers"]);
+    let init_specs = array_at(obj, &["spec", "initContainers"]);
     let sidecars: HashSet<&str> = init_specs
         .iter()
-        .filter(|c| s(c, &["restartPolicy"]) == "Always")
-        .map(|c| s(c, &["name"]))
+        .filter(|c| str_at(c, &["restartPolicy"]) == "Always")
+        .map(|c| str_at(c, &["name"]))
         .collect();
-    let total = arr(obj, &["spec", "containers"]).len() + sidecars.len();
+    let total = array_at(obj, &["spec", "containers"]).len() + sidecars.len();
 
-    let phase = s(obj, &["status", "phase"]);
-    let status_reason = s(obj, &["status", "reason"]);
+    let phase = str_at(obj, &["status", "phase"]);
+    let status_reason = str_at(obj, &["status", "reason"]);
     let mut reason = if status_reason.is_empty() {
         phase
     } else {
         status_reason
     }
     .to_string();
-    let gated = arr(obj, &["status", "conditions"])
-        .iter()
-        .any(|c| s(c, &["type"]) == "PodScheduled" && s(c, &["reason"]) == "SchedulingGated");
+    let gated = array_at(obj, &["status", "conditions"]).iter().any(|c| {
+        str_at(c, &["type"]) == "PodScheduled" && str_at(c, &["reason"]) == "SchedulingGated"
+    });
     if gated {
         reason = "SchedulingGated".to_string();
     }
@@ -130,24 +132,24 @@ fn pod_cells(obj: &Value, now: Timestamp) -> Vec<Value> {
     let mut last_sidecar_restart: Option<Timestamp> = None;
     let mut initializing = false;
 
-    for (idx, cs) in arr(obj, &["status", "initContainerStatuses"])
+    for (idx, cs) in array_at(obj, &["status", "initContainerStatuses"])
         .iter()
         .enumerate()
     {
-        restarts += i(cs, &["restartCount"]);
+        restarts += int_at(cs, &["restartCount"]);
         last_restart = later_restart(last_restart, cs);
-        let is_sidecar = sidecars.contains(s(cs, &["name"]));
+        let is_sidecar = sidecars.contains(str_at(cs, &["name"]));
         if is_sidecar {
-            sidecar_restarts += i(cs, &["restartCount"]);
+            sidecar_restarts += int_at(cs, &["restartCount"]);
             last_sidecar_restart = later_restart(last_sidecar_restart, cs);
         }
         let terminated = state_of(cs, "state", "terminated");
-        let waiting_reason = state_of(cs, "state", "waiting").map(|w| s(w, &["reason"]));
-        if terminated.is_some_and(|t| i(t, &["exitCode"]) == 0) {
+        let waiting_reason = state_of(cs, "state", "waiting").map(|w| str_at(w, &["reason"]));
+        if terminated.is_some_and(|t| int_at(t, &["exitCode"]) == 0) {
             continue;
         }
-        if is_sidecar && opt_b(cs, &["started"]) == Some(true) {
-            if opt_b(cs, &["ready"]) == Some(true) {
+        if is_sidecar && opt_bool_at(cs, &["started"]) == Some(true) {
+            if opt_bool_at(cs, &["ready"]) == Some(true) {
                 ready += 1;
             }
             continue;
@@ -165,16 +167,16 @@ fn pod_cells(obj: &Value, now: Timestamp) -> Vec<Value> {
         restarts = sidecar_restarts;
         last_restart = last_sidecar_restart;
         let mut has_running = false;
-        for cs in arr(obj, &["status", "containerStatuses"]).iter().rev() {
-            restarts += i(cs, &["restartCount"]);
+        for cs in array_at(obj, &["status", "containerStatuses"]).iter().rev() {
+            restarts += int_at(cs, &["restartCount"]);
             last_restart = later_restart(last_restart, cs);
-            let waiting = state_of(cs, "state", "waiting").map(|w| s(w, &["reason"]));
+            let waiting = state_of(cs, "state", "waiting").map(|w| str_at(w, &["reason"]));
             let terminated = state_of(cs, "state", "terminated");
             if let Some(w) = waiting.filter(|w| !w.is_empty()) {
                 reason = w.to_string();
             } else if let Some(t) = terminated {
                 reason = terminated_reason(t, "");
-            } else if opt_b(cs, &["ready"]) == Some(true)
+            } else if opt_bool_at(cs, &["ready"]) == Some(true)
                 && state_of(cs, "state", "running").is_some()
             {
                 has_running = true;
@@ -192,9 +194,9 @@ fn pod_cells(obj: &Value, now: Timestamp) -> Vec<Value> {
         }
     }
 
-    if deleting(obj) && status_reason == "NodeLost" {
+    if is_deleting(obj) && status_reason == "NodeLost" {
         reason = "Unknown".to_string();
-    } else if deleting(obj) && phase != "Failed" && phase != "Succeeded" {
+    } else if is_deleting(obj) && phase != "Failed" && phase != "Succeeded" {
         reason = "Terminating".to_string();
     }
 
@@ -203,11 +205,11 @@ fn pod_cells(obj: &Value, now: Timestamp) -> Vec<Value> {
         _ => restarts.to_string(),
     };
 
-    let ip = arr(obj, &["status", "podIPs"])
+    let ip = array_at(obj, &["status", "podIPs"])
         .first()
-        .map(|p| s(p, &["ip"]))
+        .map(|p| str_at(p, &["ip"]))
         .filter(|ip| !ip.is_empty())
-        .unwrap_or_else(|| s(obj, &["status", "podIP"]));
+        .unwrap_or_else(|| str_at(obj, &["status", "podIP"]));
     let or_none = |x: &str| {
         if x.is_empty() {
             "<none>".to_string()
@@ -216,13 +218,13 @@ fn pod_cells(obj: &Value, now: Timestamp) -> Vec<Value> {
         }
     };
 
-    let gates = arr(obj, &["spec", "readinessGates"]);
+    let gates = array_at(obj, &["spec", "readinessGates"]);
     let gates_cell = if gates.is_empty() {
         "<none>".to_string()
     } else {
         let passed = gates
             .iter()
-            .filter(|g| condition_true(obj, s(g, &["conditionType"])))
+            .filter(|g| condition_true(obj, str_at(g, &["conditionType"])))
             .count();
         format!("{passed}/{}", gates.len())
     };
@@ -234,8 +236,8 @@ fn pod_cells(obj: &Value, now: Timestamp) -> Vec<Value> {
         Value::from(restarts_cell),
         age(obj, now),
         Value::from(or_none(ip)),
-        Value::from(or_none(s(obj, &["spec", "nodeName"]))),
-        Value::from(or_none(s(obj, &["status", "nominatedNodeName"]))),
+        Value::from(or_none(str_at(obj, &["spec", "nodeName"]))),
+        Value::from(or_none(str_at(obj, &["status", "nominatedNodeName"]))),
         Value::from(gates_cell),
     ]
 }

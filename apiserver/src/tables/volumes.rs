@@ -3,9 +3,9 @@
 use jiff::Timestamp;
 use serde_json::Value;
 
-use super::format::{
-    age, age_col, arr, at, col, deleting, name, name_col, opt_s, quantity, s, wide,
-};
+use crate::json::{array_at, is_deleting, name, opt_str_at, str_at, value_at};
+
+use super::format::{age, age_col, col, name_col, quantity, wide};
 use super::{Column, Printer};
 
 /// The table of PersistentVolumes.
@@ -119,7 +119,7 @@ fn access_modes(list: &[Value]) -> String {
 
 /// The storage class: the legacy beta annotation wins over spec.storageClassName.
 fn storage_class(obj: &Value) -> String {
-    let ann = opt_s(
+    let ann = opt_str_at(
         obj,
         &[
             "metadata",
@@ -127,7 +127,7 @@ fn storage_class(obj: &Value) -> String {
             "volume.beta.kubernetes.io/storage-class",
         ],
     );
-    ann.unwrap_or_else(|| s(obj, &["spec", "storageClassName"]))
+    ann.unwrap_or_else(|| str_at(obj, &["spec", "storageClassName"]))
         .to_string()
 }
 
@@ -136,43 +136,43 @@ fn unset_or(v: Option<&str>) -> Value {
 }
 
 fn pv_cells(obj: &Value, n: Value, now: Timestamp) -> Vec<Value> {
-    let claim = match at(obj, &["spec", "claimRef"]).filter(|c| c.is_object()) {
-        Some(c) => format!("{}/{}", s(c, &["namespace"]), s(c, &["name"])),
+    let claim = match value_at(obj, &["spec", "claimRef"]).filter(|c| c.is_object()) {
+        Some(c) => format!("{}/{}", str_at(c, &["namespace"]), str_at(c, &["name"])),
         None => String::new(),
     };
-    let phase = if deleting(obj) {
+    let phase = if is_deleting(obj) {
         "Terminating"
     } else {
-        s(obj, &["status", "phase"])
+        str_at(obj, &["status", "phase"])
     };
     vec![
         n,
-        quantity(at(obj, &["spec", "capacity", "storage"])).into(),
-        access_modes(arr(obj, &["spec", "accessModes"])).into(),
-        s(obj, &["spec", "persistentVolumeReclaimPolicy"]).into(),
+        quantity(value_at(obj, &["spec", "capacity", "storage"])).into(),
+        access_modes(array_at(obj, &["spec", "accessModes"])).into(),
+        str_at(obj, &["spec", "persistentVolumeReclaimPolicy"]).into(),
         phase.into(),
         claim.into(),
         storage_class(obj).into(),
-        unset_or(opt_s(obj, &["spec", "volumeAttributesClassName"])),
-        s(obj, &["status", "reason"]).into(),
+        unset_or(opt_str_at(obj, &["spec", "volumeAttributesClassName"])),
+        str_at(obj, &["status", "reason"]).into(),
         age(obj, now),
-        unset_or(opt_s(obj, &["spec", "volumeMode"])),
+        unset_or(opt_str_at(obj, &["spec", "volumeMode"])),
     ]
 }
 
 fn pvc_cells(obj: &Value, n: Value, now: Timestamp) -> Vec<Value> {
-    let phase = if deleting(obj) {
+    let phase = if is_deleting(obj) {
         "Terminating"
     } else {
-        s(obj, &["status", "phase"])
+        str_at(obj, &["status", "phase"])
     };
-    let volume = s(obj, &["spec", "volumeName"]);
+    let volume = str_at(obj, &["spec", "volumeName"]);
     let (capacity, modes) = if volume.is_empty() {
         (String::new(), String::new())
     } else {
         (
-            quantity(at(obj, &["status", "capacity", "storage"])),
-            access_modes(arr(obj, &["status", "accessModes"])),
+            quantity(value_at(obj, &["status", "capacity", "storage"])),
+            access_modes(array_at(obj, &["status", "accessModes"])),
         )
     };
     vec![
@@ -182,9 +182,9 @@ fn pvc_cells(obj: &Value, n: Value, now: Timestamp) -> Vec<Value> {
         capacity.into(),
         modes.into(),
         storage_class(obj).into(),
-        unset_or(opt_s(obj, &["spec", "volumeAttributesClassName"])),
+        unset_or(opt_str_at(obj, &["spec", "volumeAttributesClassName"])),
         age(obj, now),
-        unset_or(opt_s(obj, &["spec", "volumeMode"])),
+        unset_or(opt_str_at(obj, &["spec", "volumeMode"])),
     ]
 }
 #[cfg(test)]

@@ -88,7 +88,7 @@ fn validate_selector_and_template(workload: Workload, s: &Value, errs: &mut Errs
         errs.push(FieldError::required("spec.template", ""));
         return;
     };
-    let labels = json::peek(t, &["metadata", "labels"])
+    let labels = crate::json::value_at(t, &["metadata", "labels"])
         .cloned()
         .unwrap_or(Value::Null);
     if let Some(sel) = selector.filter(|s| !selector_is_empty(s)) {
@@ -106,7 +106,7 @@ fn validate_selector_and_template(workload: Workload, s: &Value, errs: &mut Errs
         }
     }
     validate_pod_template(t, "spec.template", errs);
-    let policy = json::peek_str(t, &["spec", "restartPolicy"]).unwrap_or("");
+    let policy = crate::json::opt_str_at(t, &["spec", "restartPolicy"]).unwrap_or("");
     if policy != "Always" {
         errs.push(FieldError::not_supported(
             "spec.template.spec.restartPolicy",
@@ -114,7 +114,7 @@ fn validate_selector_and_template(workload: Workload, s: &Value, errs: &mut Errs
             &["Always"],
         ));
     }
-    if let Some(ads) = json::peek(t, &["spec", "activeDeadlineSeconds"]) {
+    if let Some(ads) = crate::json::value_at(t, &["spec", "activeDeadlineSeconds"]) {
         let what = if matches!(workload, Workload::Deployment | Workload::ReplicaSet) {
             "ReplicaSet"
         } else {
@@ -205,7 +205,7 @@ fn validate_deployment(s: &Value, errs: &mut Errs) {
             )),
         }
     }
-    let min_ready = json::peek(s, &["minReadySeconds"])
+    let min_ready = crate::json::value_at(s, &["minReadySeconds"])
         .and_then(Value::as_i64)
         .unwrap_or(0);
     if let Some(pds) = json::non_negative_at(s, "spec", "progressDeadlineSeconds", errs) {
@@ -294,7 +294,7 @@ fn validate_statefulset(s: &Value, errs: &mut Errs) {
         json::non_negative_at(o, "spec.ordinals", "start", errs);
     }
     for (p, claim) in json::objs_at(s, "spec", "volumeClaimTemplates", errs) {
-        let name = json::peek_str(claim, &["metadata", "name"]).unwrap_or("");
+        let name = crate::json::opt_str_at(claim, &["metadata", "name"]).unwrap_or("");
         if name.is_empty() {
             errs.push(FieldError::required(
                 child(&p, "metadata.name"),

@@ -89,7 +89,7 @@ pub fn validate_job_spec(s: &Value, path: &str, errs: &mut Errs) {
         errs.push(FieldError::required(tp, ""));
         return;
     };
-    let labels = json::peek(t, &["metadata", "labels"])
+    let labels = crate::json::value_at(t, &["metadata", "labels"])
         .cloned()
         .unwrap_or(Value::Null);
     if let Some(sel) = selector {
@@ -107,7 +107,7 @@ pub fn validate_job_spec(s: &Value, path: &str, errs: &mut Errs) {
         }
     }
     validate_pod_template(t, &tp, errs);
-    let policy = json::peek_str(t, &["spec", "restartPolicy"]).unwrap_or("");
+    let policy = crate::json::opt_str_at(t, &["spec", "restartPolicy"]).unwrap_or("");
     if policy != "OnFailure" && policy != "Never" {
         errs.push(FieldError::not_supported(
             child(&tp, "spec.restartPolicy"),
@@ -162,7 +162,7 @@ pub fn time_zone_exists(tz: &str) -> bool {
 }
 
 fn validate_cronjob(obj: &Value, s: &Value, errs: &mut Errs) {
-    if let Some(name) = json::peek_str(obj, &["metadata", "name"]) {
+    if let Some(name) = crate::json::opt_str_at(obj, &["metadata", "name"]) {
         if name.len() > 52 {
             errs.push(FieldError::invalid(
                 "metadata.name",

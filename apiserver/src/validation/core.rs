@@ -111,7 +111,7 @@ fn validate_rc(obj: &Value, errs: &mut Errs) {
         errs.push(FieldError::required("spec.template", ""));
         return;
     };
-    let labels = json::peek(t, &["metadata", "labels"])
+    let labels = crate::json::value_at(t, &["metadata", "labels"])
         .cloned()
         .unwrap_or(Value::Null);
     if !selector.is_empty() {
@@ -125,7 +125,7 @@ fn validate_rc(obj: &Value, errs: &mut Errs) {
         }
     }
     validate_pod_template(t, "spec.template", errs);
-    let policy = json::peek_str(t, &["spec", "restartPolicy"]).unwrap_or("");
+    let policy = crate::json::opt_str_at(t, &["spec", "restartPolicy"]).unwrap_or("");
     if policy != "Always" {
         errs.push(FieldError::not_supported(
             "spec.template.spec.restartPolicy",
@@ -133,7 +133,7 @@ fn validate_rc(obj: &Value, errs: &mut Errs) {
             &["Always"],
         ));
     }
-    if json::peek(t, &["spec", "activeDeadlineSeconds"]).is_some() {
+    if crate::json::value_at(t, &["spec", "activeDeadlineSeconds"]).is_some() {
         errs.push(FieldError::invalid(
             "spec.template.spec.activeDeadlineSeconds",
             t["spec"]["activeDeadlineSeconds"].clone(),
@@ -240,7 +240,7 @@ pub fn validate_secret(obj: &Value, old: Option<&Value>, errs: &mut Errs) {
     let typ = json::str_or_empty(obj, "", "type", errs);
     match typ {
         "kubernetes.io/service-account-token" => {
-            let sa = json::peek_str(
+            let sa = crate::json::opt_str_at(
                 obj,
                 &[
                     "metadata",
@@ -507,7 +507,7 @@ pub fn validate_pvc(obj: &Value, old: Option<&Value>, errs: &mut Errs) {
     let s = spec(obj, errs);
     validate_access_modes(s, errs);
     validate_volume_mode(s, errs);
-    let has_storage = json::peek(s, &["resources", "requests", "storage"]).is_some();
+    let has_storage = crate::json::value_at(s, &["resources", "requests", "storage"]).is_some();
     if let Some(r) = json::obj_at(s, "spec", "resources", errs) {
         validate_resource_list(r, "spec.resources", "requests", errs);
         validate_resource_list(r, "spec.resources", "limits", errs);

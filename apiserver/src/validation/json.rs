@@ -198,20 +198,6 @@ pub fn has(obj: &Value, name: &str) -> bool {
     field(obj, name).is_some()
 }
 
-/// The value at a dotted path of object keys, without reporting anything.
-pub fn peek<'a>(obj: &'a Value, keys: &[&str]) -> Option<&'a Value> {
-    let mut cur = obj;
-    for k in keys {
-        cur = cur.get(k)?;
-    }
-    Some(cur).filter(|v| !v.is_null())
-}
-
-/// The string at a dotted path of keys, without reporting anything.
-pub fn peek_str<'a>(obj: &'a Value, keys: &[&str]) -> Option<&'a str> {
-    peek(obj, keys).and_then(Value::as_str)
-}
-
 /// Reports `value` at `path` if it is below zero.
 pub fn non_negative(value: i64, path: &str, errs: &mut Errs) {
     if value < 0 {

@@ -6,6 +6,7 @@ use serde_json::Value;
 use super::json::{self, child, index, Errs};
 use super::names::{is_label_value, is_qualified_name};
 use super::FieldError;
+use crate::selectors::LabelSelector;
 
 const ANNOTATIONS_LIMIT: usize = 256 * 1024;
 
@@ -304,46 +305,19 @@ pub fn selector_is_empty(sel: &Value) -> bool {
     no_labels && no_exprs
 }
 
-/// Whether a LabelSelector matches `labels` (a JSON object of strings).
+/// Whether a LabelSelector matches `labels` (a JSON object of strings); a malformed one
+/// matches nothing.
 pub fn selector_matches(sel: &Value, labels: &Value) -> bool {
-    let get = |k: &str| labels.get(k).and_then(Value::as_str);
-    if let Some(m) = sel.get("matchLabels").and_then(Value::as_object) {
-        if !m
-            .iter()
-            .all(|(k, v)| v.as_str().is_some() && get(k) == v.as_str())
-        {
-            return false;
-        }
-    }
-    let exprs = sel.get("matchExpressions").and_then(Value::as_array);
-    for e in exprs.map(Vec::as_slice).unwrap_or(&[]) {
-        let k = e.get("key").and_then(Value::as_str).unwrap_or("");
-        let values: Vec<&str> = e
-            .get("values")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        let ok = match e.get("operator").and_then(Value::as_str).unwrap_or("") {
-            "In" => get(k).is_some_and(|v| values.contains(&v)),
-            "NotIn" => get(k).is_none_or(|v| !values.contains(&v)),
-            "Exists" => get(k).is_some(),
-            "DoesNotExist" => get(k).is_none(),
-            _ => false,
-        };
-        if !ok {
-            return false;
-        }
-    }
-    true
+    let empty = serde_json::Map::new();
+    let labels = labels.as_object().unwrap_or(&empty);
+    LabelSelector::from_object(sel).is_ok_and(|selector| selector.matches(labels))
 }
 
 /// Whether a plain map selector (Service, ReplicationController) matches `labels`.
 pub fn map_selector_matches(sel: &Value, labels: &Value) -> bool {
-    sel.as_object().is_none_or(|m| {
-        m.iter().all(|(k, v)| {
-            v.as_str().is_some() && labels.get(k).and_then(Value::as_str) == v.as_str()
-        })
-    })
+    let empty = serde_json::Map::new();
+    let labels = labels.as_object().unwrap_or(&empty);
+    LabelSelector::from_set(sel).matches(labels)
 }
 
 #[cfg(test)]

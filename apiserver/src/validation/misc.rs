@@ -26,7 +26,7 @@ pub fn validate_lease_object(obj: &Value, _old: Option<&Value>, errs: &mut Errs)
 }
 
 pub fn validate_priority_class(obj: &Value, old: Option<&Value>, errs: &mut Errs) {
-    let name = json::peek_str(obj, &["metadata", "name"]).unwrap_or("");
+    let name = crate::json::opt_str_at(obj, &["metadata", "name"]).unwrap_or("");
     let value = json::int_at(obj, "", "value", errs).unwrap_or(0);
     let known_system = matches!(
         (name, value),

@@ -14,7 +14,7 @@ mod cron;
 mod json;
 mod meta;
 pub mod misc;
-mod names;
+pub mod names;
 pub mod networking;
 pub mod pod;
 mod quantity;

@@ -84,7 +84,9 @@ pub fn validate_service(obj: &Value, old: Option<&Value>, errs: &mut Errs) {
             &["ClientIP", "None"],
         )),
     }
-    if let Some(t) = json::peek(s, &["sessionAffinityConfig", "clientIP", "timeoutSeconds"]) {
+    if let Some(t) =
+        crate::json::value_at(s, &["sessionAffinityConfig", "clientIP", "timeoutSeconds"])
+    {
         let p = "spec.sessionAffinityConfig.clientIP.timeoutSeconds";
         if let Some(v) = json::as_int(t, p, errs) {
             if !(1..=86400).contains(&v) {
