@@ -34,11 +34,119 @@ pub struct Details {
     pub retry_after_seconds: Option<i64>,
 }
 
+/// `Status.reason`: why a request failed, as upstream's `metav1.StatusReason`. Code that
+/// reacts to a failure asks the reason (`is_not_found`), never the number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    BadRequest,
+    Unauthorized,
+    Forbidden,
+    NotFound,
+    MethodNotAllowed,
+    NotAcceptable,
+    AlreadyExists,
+    Conflict,
+    Gone,
+    Expired,
+    RequestEntityTooLarge,
+    UnsupportedMediaType,
+    Invalid,
+    TooManyRequests,
+    InternalError,
+    ServiceUnavailable,
+    Timeout,
+}
+
+impl Reason {
+    const ALL: [Reason; 17] = [
+        Reason::BadRequest,
+        Reason::Unauthorized,
+        Reason::Forbidden,
+        Reason::NotFound,
+        Reason::MethodNotAllowed,
+        Reason::NotAcceptable,
+        Reason::AlreadyExists,
+        Reason::Conflict,
+        Reason::Gone,
+        Reason::Expired,
+        Reason::RequestEntityTooLarge,
+        Reason::UnsupportedMediaType,
+        Reason::Invalid,
+        Reason::TooManyRequests,
+        Reason::InternalError,
+        Reason::ServiceUnavailable,
+        Reason::Timeout,
+    ];
+
+    /// The reason as the `Status` body spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::BadRequest => "BadRequest",
+            Reason::Unauthorized => "Unauthorized",
+            Reason::Forbidden => "Forbidden",
+            Reason::NotFound => "NotFound",
+            Reason::MethodNotAllowed => "MethodNotAllowed",
+            Reason::NotAcceptable => "NotAcceptable",
+            Reason::AlreadyExists => "AlreadyExists",
+            Reason::Conflict => "Conflict",
+            Reason::Gone => "Gone",
+            Reason::Expired => "Expired",
+            Reason::RequestEntityTooLarge => "RequestEntityTooLarge",
+            Reason::UnsupportedMediaType => "UnsupportedMediaType",
+            Reason::Invalid => "Invalid",
+            Reason::TooManyRequests => "TooManyRequests",
+            Reason::InternalError => "InternalError",
+            Reason::ServiceUnavailable => "ServiceUnavailable",
+            Reason::Timeout => "Timeout",
+        }
+    }
+
+    /// The HTTP code upstream answers this reason with.
+    pub fn code(self) -> u16 {
+        match self {
+            Reason::BadRequest => 400,
+            Reason::Unauthorized => 401,
+            Reason::Forbidden => 403,
+            Reason::NotFound => 404,
+            Reason::MethodNotAllowed => 405,
+            Reason::NotAcceptable => 406,
+            Reason::AlreadyExists | Reason::Conflict => 409,
+            Reason::Gone | Reason::Expired => 410,
+            Reason::RequestEntityTooLarge => 413,
+            Reason::UnsupportedMediaType => 415,
+            Reason::Invalid => 422,
+            Reason::TooManyRequests => 429,
+            Reason::InternalError => 500,
+            Reason::ServiceUnavailable => 503,
+            Reason::Timeout => 504,
+        }
+    }
+
+    /// The reason a `Status` body names, if it is one of ours.
+    pub fn named(name: &str) -> Option<Reason> {
+        Reason::ALL
+            .into_iter()
+            .find(|reason| reason.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for Reason {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// A failed request, as the client will see it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ApiError {
     pub code: u16,
-    pub reason: &'static str,
+    pub reason: Reason,
     pub message: String,
     pub details: Option<Box<Details>>,
     /// A fresh continue token, for the 410 of a list whose token outlived its revision.
@@ -72,9 +180,10 @@ fn object_details(info: &ResourceInfo, name: &str) -> Option<Box<Details>> {
 }
 
 impl ApiError {
-    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+    /// A failure with this reason (and its code) and message.
+    pub fn new(reason: Reason, message: impl Into<String>) -> Self {
         Self {
-            code,
+            code: reason.code(),
             reason,
             message: message.into(),
             details: None,
@@ -83,23 +192,22 @@ impl ApiError {
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(400, "BadRequest", message)
+        Self::new(Reason::BadRequest, message)
     }
 
     pub fn unauthorized() -> Self {
-        Self::new(401, "Unauthorized", "Unauthorized")
+        Self::new(Reason::Unauthorized, "Unauthorized")
     }
 
     pub fn forbidden(message: impl Into<String>) -> Self {
-        Self::new(403, "Forbidden", message)
+        Self::new(Reason::Forbidden, message)
     }
 
     pub fn not_found(info: &ResourceInfo, name: &str) -> Self {
         Self {
             details: object_details(info, name),
             ..Self::new(
-                404,
-                "NotFound",
+                Reason::NotFound,
                 format!("{} \"{name}\" not found", qualified(info)),
             )
         }
@@ -112,33 +220,31 @@ impl ApiError {
                 kind: "namespaces".into(),
                 ..Details::default()
             })),
-            ..Self::new(404, "NotFound", format!("namespaces \"{name}\" not found"))
+            ..Self::new(Reason::NotFound, format!("namespaces \"{name}\" not found"))
         }
     }
 
     /// A path that names no resource we serve.
     pub fn path_not_found() -> Self {
         Self::new(
-            404,
-            "NotFound",
+            Reason::NotFound,
             "the server could not find the requested resource",
         )
     }
 
     pub fn method_not_allowed(message: impl Into<String>) -> Self {
-        Self::new(405, "MethodNotAllowed", message)
+        Self::new(Reason::MethodNotAllowed, message)
     }
 
     pub fn not_acceptable(message: impl Into<String>) -> Self {
-        Self::new(406, "NotAcceptable", message)
+        Self::new(Reason::NotAcceptable, message)
     }
 
     pub fn already_exists(info: &ResourceInfo, name: &str) -> Self {
         Self {
             details: object_details(info, name),
             ..Self::new(
-                409,
-                "AlreadyExists",
+                Reason::AlreadyExists,
                 format!("{} \"{name}\" already exists", qualified(info)),
             )
         }
@@ -149,8 +255,7 @@ impl ApiError {
         Self {
             details: object_details(info, name),
             ..Self::new(
-                409,
-                "Conflict",
+                Reason::Conflict,
                 format!(
                     "Operation cannot be fulfilled on {} \"{name}\": {why}",
                     qualified(info)
@@ -161,7 +266,7 @@ impl ApiError {
 
     /// A 409 Conflict with a message of its own (server-side apply's field conflicts).
     pub fn conflict_plain(message: impl Into<String>) -> Self {
-        Self::new(409, "Conflict", message)
+        Self::new(Reason::Conflict, message)
     }
 
     pub fn modified(info: &ResourceInfo, name: &str) -> Self {
@@ -173,21 +278,19 @@ impl ApiError {
     }
 
     pub fn expired(message: impl Into<String>) -> Self {
-        Self::new(410, "Expired", message)
+        Self::new(Reason::Expired, message)
     }
 
     pub fn gone(message: impl Into<String>) -> Self {
-        Self::new(410, "Gone", message)
+        Self::new(Reason::Gone, message)
     }
 
     pub fn too_large(message: impl Into<String>) -> Self {
-        Self::new(413, "RequestEntityTooLarge", message)
+        Self::new(Reason::RequestEntityTooLarge, message)
     }
 
     pub fn unsupported_media_type(content_type: &str) -> Self {
-        Self::new(
-            415,
-            "UnsupportedMediaType",
+        Self::new(Reason::UnsupportedMediaType,
             format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf (got {content_type:?})"),
         )
     }
@@ -210,8 +313,8 @@ impl ApiError {
             format!("[{}]", listed.join(", "))
         };
         Self {
-            code: 422,
-            reason: "Invalid",
+            code: Reason::Invalid.code(),
+            reason: Reason::Invalid,
             message: format!("{kind} \"{name}\" is invalid: {summary}"),
             details: Some(Box::new(Details {
                 name: name.to_string(),
@@ -230,20 +333,53 @@ impl ApiError {
                 retry_after_seconds: Some(1),
                 ..Details::default()
             })),
-            ..Self::new(429, "TooManyRequests", message)
+            ..Self::new(Reason::TooManyRequests, message)
         }
     }
 
     pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(500, "InternalError", message)
+        Self::new(Reason::InternalError, message)
     }
 
     pub fn unavailable(message: impl Into<String>) -> Self {
-        Self::new(503, "ServiceUnavailable", message)
+        Self::new(Reason::ServiceUnavailable, message)
     }
 
     pub fn timeout(message: impl Into<String>) -> Self {
-        Self::new(504, "Timeout", message)
+        Self::new(Reason::Timeout, message)
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        self.reason == Reason::NotFound
+    }
+
+    /// An optimistic-concurrency failure (the object changed since it was read).
+    pub fn is_conflict(&self) -> bool {
+        self.reason == Reason::Conflict
+    }
+
+    pub fn is_already_exists(&self) -> bool {
+        self.reason == Reason::AlreadyExists
+    }
+
+    pub fn is_invalid(&self) -> bool {
+        self.reason == Reason::Invalid
+    }
+
+    /// A storage failure of a watch: a start revision already compacted away (the client
+    /// asked for `requested`) and a watcher that fell behind after `last_sent` are 410
+    /// Expired, so clients relist; the rest map as any storage failure does.
+    pub fn from_watch(error: rudder_storage::Error, requested: i64, last_sent: i64) -> Self {
+        use rudder_storage::Error as E;
+        match error {
+            E::Compacted { compacted, .. } => ApiError::expired(format!(
+                "too old resource version: {requested} ({compacted})"
+            )),
+            E::WatcherTooSlow(_) => ApiError::expired(format!(
+                "too old resource version: {last_sent}: the watch fell behind"
+            )),
+            other => ApiError::from(other),
+        }
     }
 
     /// The `Status` object for this error.
@@ -254,7 +390,7 @@ impl ApiError {
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
+            "reason": self.reason.as_str(),
             "code": self.code,
         });
         if let Some(token) = &self.continue_token {
@@ -315,6 +451,39 @@ impl IntoResponse for ApiError {
 /// An admission refusal keeps the plugin's code and reason.
 impl From<rudder_admission::Denied> for ApiError {
     fn from(denied: rudder_admission::Denied) -> Self {
-        Self::new(denied.code, denied.reason, denied.message)
+        let reason = Reason::named(denied.reason).unwrap_or(Reason::Forbidden);
+        Self {
+            code: denied.code,
+            ..Self::new(reason, denied.message)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_reason_names_itself_and_keeps_upstreams_code() {
+        for reason in Reason::ALL {
+            assert_eq!(Reason::named(reason.as_str()), Some(reason));
+            let error = ApiError::new(reason, "m");
+            assert_eq!(error.code, reason.code());
+            assert_eq!(error.status()["reason"], reason.as_str());
+        }
+        assert_eq!(Reason::named("Teapot"), None);
+        assert!(ApiError::conflict_plain("x").is_conflict());
+        assert!(!ApiError::gone("x").is_not_found());
+    }
+
+    #[test]
+    fn watch_failures_ask_clients_to_relist() {
+        let compacted = rudder_storage::Error::Compacted {
+            requested: 3,
+            compacted: 9,
+        };
+        let error = ApiError::from_watch(compacted, 3, 3);
+        assert_eq!((error.code, error.reason), (410, Reason::Expired));
+        assert_eq!(error.message, "too old resource version: 3 (9)");
     }
 }

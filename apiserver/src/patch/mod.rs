@@ -10,7 +10,7 @@ pub mod strategic;
 use serde_json::Value;
 
 use crate::catalog::ResourceInfo;
-use crate::error::{ApiError, Cause, Result};
+use crate::error::{ApiError, Cause, Reason, Result};
 use crate::patch::strategic::Ty;
 use crate::registry::{object, Registry, Write, Written};
 
@@ -37,16 +37,13 @@ impl PatchKind {
             "application/merge-patch+json" => Ok(Self::Merge),
             "application/strategic-merge-patch+json" => Ok(Self::Strategic),
             "application/apply-patch+yaml" | "application/apply-patch+cbor" => Ok(Self::Apply),
-            _ => Err(ApiError {
-                code: 415,
-                reason: "UnsupportedMediaType",
-                message: format!(
+            _ => Err(ApiError::new(
+                Reason::UnsupportedMediaType,
+                format!(
                     "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {:?})",
                     content_type.unwrap_or("")
                 ),
-                details: None,
-                continue_token: None,
-            }),
+            )),
         }
     }
 }
@@ -215,7 +212,7 @@ async fn server_side_apply(
             written.warnings.extend(warnings);
             Ok(written)
         }
-        Err(error) if error.code == 404 && error.reason == "NotFound" && subresource.is_none() => {
+        Err(error) if error.is_not_found() && subresource.is_none() => {
             let created = apply::apply(info, None, applied, &manager, force, None, &object::now())
                 .map_err(apply_failed)?;
             let mut input = created;

@@ -41,7 +41,7 @@ pub async fn bootstrap(registry: &Registry, apiserver_port: u16, advertise: &str
             };
             match registry.create(namespaces, None, input, &write).await {
                 Ok(_) => tracing::info!(namespace = name, "created namespace"),
-                Err(error) if error.code == 409 => {}
+                Err(error) if error.is_already_exists() => {}
                 Err(error) => return Err(error),
             }
         }
@@ -67,7 +67,7 @@ pub async fn bootstrap(registry: &Registry, apiserver_port: u16, advertise: &str
             .await
         {
             Ok(_) => tracing::info!(%cluster_ip, "created the kubernetes service"),
-            Err(error) if error.code == 409 || error.code == 422 => {
+            Err(error) if error.is_already_exists() || error.is_invalid() => {
                 tracing::debug!(%error, "kubernetes service created elsewhere")
             }
             Err(error) => return Err(error),
@@ -92,7 +92,7 @@ pub async fn bootstrap(registry: &Registry, apiserver_port: u16, advertise: &str
             .create(endpoints, Some("default"), input, &write)
             .await
         {
-            if error.code != 409 {
+            if !error.is_already_exists() {
                 return Err(error);
             }
         }
@@ -107,7 +107,7 @@ pub async fn bootstrap(registry: &Registry, apiserver_port: u16, advertise: &str
                 duplicate_fields: Vec::new(),
             };
             if let Err(error) = registry.create(priority_classes, None, input, &write).await {
-                if error.code != 409 {
+                if !error.is_already_exists() {
                     return Err(error);
                 }
             }

@@ -67,6 +67,7 @@ pub(super) fn encode(info: &ResourceInfo, key: &[u8], object: &Value) -> Result<
 mod tests {
     use super::*;
     use crate::catalog;
+    use crate::error::Reason;
     use serde_json::json;
 
     fn nested(levels: usize) -> Value {
@@ -86,7 +87,7 @@ mod tests {
         let mut deep = json!({"metadata": {"name": "r"}});
         deep["data"] = nested(MAX_OBJECT_DEPTH);
         let error = encode(revisions, b"/k", &deep).expect_err("too deep");
-        assert_eq!((error.code, error.reason), (422, "Invalid"));
+        assert_eq!((error.code, error.reason), (422, Reason::Invalid));
     }
 
     #[test]
@@ -96,7 +97,10 @@ mod tests {
         let big = json!({"metadata": {"name": "c"}, "data": {"k": data}});
         let key = [b'k'; 200];
         let error = encode(configmaps, &key, &big).expect_err("too large with its key");
-        assert_eq!((error.code, error.reason), (413, "RequestEntityTooLarge"));
+        assert_eq!(
+            (error.code, error.reason),
+            (413, Reason::RequestEntityTooLarge)
+        );
     }
 
     #[test]

@@ -411,7 +411,7 @@ impl Registry {
                 .await
             {
                 Ok(result) => deleted.push(result.object),
-                Err(error) if error.code == 404 => {}
+                Err(error) if error.is_not_found() => {}
                 Err(error) => return Err(error),
             }
         }

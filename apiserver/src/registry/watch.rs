@@ -232,16 +232,9 @@ impl Registry {
             let run = async {
                 let mut stream = match stream {
                     Ok(stream) => stream,
-                    Err(rudder_storage::Error::Compacted { compacted, .. }) => {
-                        let error = ApiError::expired(format!(
-                            "too old resource version: {start_revision} ({compacted})"
-                        ));
-                        return outbox.send_measured(WatchEvent::error(&error)).await;
-                    }
                     Err(error) => {
-                        return outbox
-                            .send_measured(WatchEvent::error(&ApiError::from(error)))
-                            .await
+                        let error = ApiError::from_watch(error, start_revision, start_revision);
+                        return outbox.send_measured(WatchEvent::error(&error)).await;
                     }
                 };
                 let mut page = first_page;
@@ -284,12 +277,7 @@ impl Registry {
                                 None => return Ok(()),
                                 Some(Ok(batch)) => batch,
                                 Some(Err(error)) => {
-                                    let error = match error {
-                                        rudder_storage::Error::WatcherTooSlow(_) => ApiError::expired(
-                                            format!("too old resource version: {last_revision}: the watch fell behind"),
-                                        ),
-                                        other => ApiError::from(other),
-                                    };
+                                    let error = ApiError::from_watch(error, start_revision, last_revision);
                                     return outbox.send_measured(WatchEvent::error(&error)).await;
                                 }
                             };
