@@ -124,3 +124,25 @@ rudder_stop_postgres() {
 
 # Cargo builds go to a target dir outside the clone, so CI runs reuse earlier builds.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/rudder-target}"
+# CI builds a fresh clone, whose crates never reuse incremental state: skip writing it.
+if [ "${CI:-}" = "true" ]; then
+  export CARGO_INCREMENTAL=0
+fi
+
+# A full disk kills a build half-way through linking (a CI run once died of it). When less than
+# 8 GB is free where the target dir lives, its old builds go first: a cold build beats a failed one.
+rudder_make_disk_room() {
+  local dir="$CARGO_TARGET_DIR" probe free_kb
+  probe="$dir"
+  [ -d "$probe" ] || probe=$(dirname "$dir")
+  free_kb=$(df -Pk "$probe" | awk 'NR == 2 { print $4 }')
+  if [ -d "$dir" ] && [ "${free_kb:-0}" -lt $((8 * 1024 * 1024)) ]; then
+    echo "==> only $((free_kb / 1024)) MB free: removing the old builds in $dir"
+    rm -rf "$dir"
+    free_kb=$(df -Pk "$probe" | awk 'NR == 2 { print $4 }')
+  fi
+  if [ "${free_kb:-0}" -lt $((4 * 1024 * 1024)) ]; then
+    echo "==> warning: only $((free_kb / 1024)) MB free for the build; it needs about 4 GB" >&2
+  fi
+  return 0
+}
