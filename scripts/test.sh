@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 rudder_install_packages protobuf-compiler etcd-server etcd-client postgresql-client python3 python3-pip
 # The python client test (tests/tests/kubectl_apply.rs) needs the `kubernetes` package.
 rudder_install_python_packages kubernetes
+rudder_make_disk_room
 trap rudder_stop_services EXIT
 rudder_start_etcd
 rudder_start_postgres

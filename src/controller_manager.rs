@@ -52,7 +52,7 @@ fn uuid_suffix() -> String {
 }
 
 /// `rudder controller-manager`.
-pub async fn run(args: ControllerManagerArgs) -> Result<()> {
+pub async fn run(args: ControllerManagerArgs, shutdown: CancellationToken) -> Result<()> {
     let kubeconfig = kube::config::Kubeconfig::read_from(&args.kubeconfig)
         .with_context(|| format!("reading {}", args.kubeconfig.display()))?;
     let root_ca = cluster_ca(&kubeconfig);
@@ -77,13 +77,6 @@ pub async fn run(args: ControllerManagerArgs) -> Result<()> {
         },
         leader_election: args.leader_elect,
         root_ca,
-    });
-    let shutdown = CancellationToken::new();
-    let stop = shutdown.clone();
-    tokio::spawn(async move {
-        let _ = tokio::signal::ctrl_c().await;
-        tracing::info!("shutting down");
-        stop.cancel();
     });
     manager.run(shutdown).await;
     Ok(())

@@ -5,13 +5,15 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use rudder_etcd_gateway::{Gateway, Tls};
 use rudder_storage::config::redact;
+use rudder_storage::Storage;
 use tokio_util::sync::CancellationToken;
 
-use crate::serve::{parse_interval, storage_url};
+use crate::serve::{open_store, parse_interval};
 
 #[derive(clap::Args)]
 pub struct EtcdArgs {
@@ -71,70 +73,63 @@ pub fn check_exposure(flag: &str, listen: SocketAddr, tls: Option<&Tls>) -> Resu
     Ok(())
 }
 
-/// `rudder etcd`.
-pub async fn etcd(args: EtcdArgs) -> Result<()> {
+/// `rudder etcd`: the gateway until `shutdown`.
+pub async fn etcd(args: EtcdArgs, shutdown: CancellationToken) -> Result<()> {
     let tls = load_tls(
         args.cert_file.as_deref(),
         args.key_file.as_deref(),
         args.trusted_ca_file.as_deref(),
     )?;
     check_exposure("--listen", args.listen, tls.as_ref())?;
-    let embedded = args.storage.is_none();
-    let url = storage_url(args.storage, &args.data_dir);
-    // The embedded store holds every Secret: private, as `rudder server` keeps it.
-    if embedded {
-        rudder_apiserver::data_dir::prepare(&args.data_dir)
-            .with_context(|| format!("creating {}", args.data_dir.display()))?;
+    let (url, store) = open_store(args.storage, &args.data_dir).await?;
+    let served = Serve {
+        store: store.clone(),
+        url,
+        listen: args.listen,
+        progress_notify_interval: args.watch_progress_notify_interval,
+        tls,
     }
-    rudder_apiserver::data_dir::protect_sqlite_files(&url)
-        .context("making the SQLite database private")?;
-    serve(&url, args.listen, args.watch_progress_notify_interval, tls).await
-}
-
-async fn serve(
-    url: &str,
-    listen: SocketAddr,
-    progress_notify_interval: std::time::Duration,
-    tls: Option<Tls>,
-) -> Result<()> {
-    let shutdown = CancellationToken::new();
-    let stop = shutdown.clone();
-    tokio::spawn(async move {
-        let _ = tokio::signal::ctrl_c().await;
-        tracing::info!("shutting down");
-        stop.cancel();
-    });
-    serve_until(url, listen, progress_notify_interval, tls, shutdown).await
-}
-
-/// Serves the store `url` names on `listen` until `shutdown`.
-pub async fn serve_until(
-    url: &str,
-    listen: SocketAddr,
-    progress_notify_interval: std::time::Duration,
-    tls: Option<Tls>,
-    shutdown: CancellationToken,
-) -> Result<()> {
-    let store = rudder_storage::open(url).await?;
-    let status = store.status().await?;
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| {
-            format!("cannot listen on {listen} (is another etcd or Rudder using it?)")
-        })?;
-    let local = listener.local_addr()?;
-    tracing::info!(
-        storage = %redact(url),
-        driver = %status.driver,
-        revision = status.revision,
-        "serving the etcd v3 API on {local}: try `ETCDCTL_API=3 etcdctl --endpoints {local} endpoint status`"
-    );
-    let mut gateway = Gateway::new(store.clone(), format!("http://{local}"))
-        .with_progress_notify_interval(progress_notify_interval);
-    if let Some(tls) = tls {
-        gateway = gateway.with_tls(tls).advertising_scheme();
-    }
-    let served = gateway.serve(listener, shutdown).await;
+    .until(shutdown)
+    .await;
     store.close().await;
-    served.context("the etcd gateway failed")
+    served
+}
+
+/// The gateway over a store its caller opened (and closes).
+pub struct Serve {
+    pub store: Arc<dyn Storage>,
+    /// The store's URL, for the log line.
+    pub url: String,
+    pub listen: SocketAddr,
+    pub progress_notify_interval: std::time::Duration,
+    pub tls: Option<Tls>,
+}
+
+impl Serve {
+    /// Serves until `shutdown`.
+    pub async fn until(self, shutdown: CancellationToken) -> Result<()> {
+        let status = self.store.status().await?;
+        let listen = self.listen;
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| {
+                format!("cannot listen on {listen} (is another etcd or Rudder using it?)")
+            })?;
+        let local = listener.local_addr()?;
+        tracing::info!(
+            storage = %redact(&self.url),
+            driver = %status.driver,
+            revision = status.revision,
+            "serving the etcd v3 API on {local}: try `ETCDCTL_API=3 etcdctl --endpoints {local} endpoint status`"
+        );
+        let mut gateway = Gateway::new(self.store, format!("http://{local}"))
+            .with_progress_notify_interval(self.progress_notify_interval);
+        if let Some(tls) = self.tls {
+            gateway = gateway.with_tls(tls).advertising_scheme();
+        }
+        gateway
+            .serve(listener, shutdown)
+            .await
+            .context("the etcd gateway failed")
+    }
 }

@@ -16,6 +16,7 @@ mod storage_check;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
 
 /// Rudder: a Kubernetes control plane on an etcd-compatible storage interface.
 #[derive(Parser)]
@@ -70,6 +71,33 @@ enum BenchCommand {
     Api(bench::api::ApiBenchArgs),
 }
 
+/// The process's one signal handler: a token cancelled on SIGINT (ctrl-c) or SIGTERM, handed to
+/// the command, which stops gracefully.
+fn shutdown_on_signal() -> CancellationToken {
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        let terminate = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut signal) => {
+                    signal.recv().await;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "cannot handle SIGTERM");
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            () = terminate => {}
+        }
+        tracing::info!("shutting down");
+        stop.cancel();
+    });
+    shutdown
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
@@ -88,9 +116,11 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Server(args) => serve::server(args).await,
-            Command::Etcd(args) => gateway::etcd(args).await,
-            Command::ControllerManager(args) => controller_manager::run(args).await,
+            Command::Server(args) => serve::server(args, shutdown_on_signal()).await,
+            Command::Etcd(args) => gateway::etcd(args, shutdown_on_signal()).await,
+            Command::ControllerManager(args) => {
+                controller_manager::run(args, shutdown_on_signal()).await
+            }
             Command::Kubeconfig(args) => serve::kubeconfig(args),
             Command::Version => {
                 println!("rudder {}", env!("CARGO_PKG_VERSION"));

@@ -3,10 +3,15 @@
 //! etcd gateway beside them when `--etcd-listen` is given (`gateway.rs`).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::ops::RangeInclusive;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use rudder_apiserver::registry::Cidr;
 use rudder_storage::config::redact;
+use rudder_storage::Storage;
+use tokio_util::sync::CancellationToken;
 
 pub(crate) fn parse_interval(text: &str) -> Result<std::time::Duration, String> {
     rudder_storage::config::parse_duration(text).map_err(|error| error.to_string())
@@ -31,11 +36,11 @@ pub struct ServerArgs {
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
     /// The range Service ClusterIPs come from.
-    #[arg(long, default_value = "10.96.0.0/12")]
-    service_cluster_ip_range: String,
+    #[arg(long, default_value = "10.96.0.0/12", value_parser = Cidr::parse)]
+    service_cluster_ip_range: Cidr,
     /// The range Service NodePorts come from.
-    #[arg(long, default_value = "30000-32767")]
-    service_node_port_range: String,
+    #[arg(long, default_value = "30000-32767", value_parser = rudder_apiserver::server::parse_port_range)]
+    service_node_port_range: RangeInclusive<u16>,
     /// Also serve the etcd v3 gateway over the same store on this address (beyond loopback
     /// only with the three TLS files below).
     #[arg(long)]
@@ -82,15 +87,47 @@ pub struct KubeconfigArgs {
     data_dir: PathBuf,
 }
 
-pub(crate) fn storage_url(storage: Option<String>, data_dir: &std::path::Path) -> String {
+fn storage_url(storage: Option<String>, data_dir: &Path) -> String {
     storage.unwrap_or_else(|| format!("sqlite://{}", data_dir.join("state.db").display()))
 }
 
-/// `rudder server`: the Kubernetes API over the store (and, if asked, the etcd gateway).
-pub async fn server(args: ServerArgs) -> Result<()> {
-    let url = storage_url(args.storage, &args.data_dir);
+/// Opens the store `--storage` names, or the embedded SQLite database in the data dir (created
+/// private, as it holds every Secret). Returns its URL too, for logs.
+pub(crate) async fn open_store(
+    storage: Option<String>,
+    data_dir: &Path,
+) -> Result<(String, Arc<dyn Storage>)> {
+    if storage.is_none() {
+        rudder_apiserver::data_dir::prepare(data_dir)
+            .with_context(|| format!("creating {}", data_dir.display()))?;
+    }
+    let url = storage_url(storage, data_dir);
+    rudder_apiserver::data_dir::protect_sqlite_files(&url)
+        .context("making the SQLite database private")?;
+    let store = rudder_storage::open(&url)
+        .await
+        .with_context(|| format!("opening storage {}", redact(&url)))?;
+    Ok((url, store))
+}
+
+/// `rudder server`: the Kubernetes API over the store (and, if asked, the etcd gateway and the
+/// controllers) until `shutdown`.
+pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()> {
+    let etcd_tls = crate::gateway::load_tls(
+        args.etcd_cert_file.as_deref(),
+        args.etcd_key_file.as_deref(),
+        args.etcd_trusted_ca_file.as_deref(),
+    )?;
+    if let Some(listen) = args.etcd_listen {
+        crate::gateway::check_exposure("--etcd-listen", listen, etcd_tls.as_ref())?;
+    }
+    let selection = if args.disable_controller_manager {
+        None
+    } else {
+        Some(rudder_controllers::Selection::parse(&args.controllers)?)
+    };
+    let (url, store) = open_store(args.storage, &args.data_dir).await?;
     let config = rudder_apiserver::Config {
-        storage_url: url.clone(),
         data_dir: args.data_dir,
         listen: args.listen,
         tls_sans: args.tls_san,
@@ -105,15 +142,14 @@ pub async fn server(args: ServerArgs) -> Result<()> {
             ..rudder_apiserver::Limits::default()
         },
     };
-    let etcd_tls = crate::gateway::load_tls(
-        args.etcd_cert_file.as_deref(),
-        args.etcd_key_file.as_deref(),
-        args.etcd_trusted_ca_file.as_deref(),
-    )?;
-    if let Some(listen) = args.etcd_listen {
-        crate::gateway::check_exposure("--etcd-listen", listen, etcd_tls.as_ref())?;
-    }
-    let running = rudder_apiserver::server::start(config).await?;
+    let running =
+        match rudder_apiserver::server::start(config, store.clone(), shutdown.clone()).await {
+            Ok(running) => running,
+            Err(error) => {
+                store.close().await;
+                return Err(error.into());
+            }
+        };
     tracing::info!(
         storage = %redact(&url),
         "Kubernetes API at https://{}; admin kubeconfig: {} (try `KUBECONFIG={} kubectl get ns`)",
@@ -121,37 +157,43 @@ pub async fn server(args: ServerArgs) -> Result<()> {
         running.kubeconfig.display(),
         running.kubeconfig.display()
     );
-    let shutdown = running.shutdown_token();
-    let controllers = if args.disable_controller_manager {
-        None
-    } else {
-        let selection = rudder_controllers::Selection::parse(&args.controllers)?;
-        let manager = controller_manager(&running, selection).await?;
-        let stop = shutdown.child_token();
-        Some(tokio::spawn(manager.run(stop)))
-    };
-    let mut gateway = None;
-    if let Some(listen) = args.etcd_listen {
-        let progress = args.watch_progress_notify_interval;
-        let stop = shutdown.clone();
-        gateway = Some(tokio::spawn(async move {
-            crate::gateway::serve_until(&url, listen, progress, etcd_tls, stop).await
-        }));
+    let mut controllers = None;
+    if let Some(selection) = selection {
+        match controller_manager(&running, selection).await {
+            Ok(manager) => controllers = Some(tokio::spawn(manager.run(shutdown.child_token()))),
+            Err(error) => {
+                shutdown.cancel();
+                let _ = running.wait().await;
+                store.close().await;
+                return Err(error);
+            }
+        }
     }
-    let stop = shutdown.clone();
-    tokio::spawn(async move {
-        let _ = tokio::signal::ctrl_c().await;
-        tracing::info!("shutting down");
-        stop.cancel();
+    let gateway = args.etcd_listen.map(|listen| {
+        let gateway = crate::gateway::Serve {
+            store: store.clone(),
+            url: url.clone(),
+            listen,
+            progress_notify_interval: args.watch_progress_notify_interval,
+            tls: etcd_tls,
+        };
+        tokio::spawn(gateway.until(shutdown.child_token()))
     });
-    running.wait().await?;
+    let served = running.wait().await;
+    // Whatever ended the API, the rest of the process ends with it.
+    shutdown.cancel();
+    let mut outcome = served.context("the Kubernetes API");
     if let Some(controllers) = controllers {
-        controllers.await.context("the controller-manager task")?;
+        if let Err(error) = controllers.await {
+            outcome = outcome.and(Err(error).context("the controller-manager task"));
+        }
     }
     if let Some(gateway) = gateway {
-        gateway.await.context("the etcd gateway task")??;
+        let ended = gateway.await.context("the etcd gateway task");
+        outcome = outcome.and(ended.and_then(|served| served));
     }
-    Ok(())
+    store.close().await;
+    outcome
 }
 
 /// The controller-manager for this server: a client of its own API (through the admin

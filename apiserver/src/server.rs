@@ -1,54 +1,100 @@
-//! Starting an apiserver: open the storage, load or create the cluster PKI, bind, bootstrap
-//! the cluster's namespaces and `kubernetes` Service, write the admin kubeconfig, and serve
-//! HTTPS until shutdown.
+//! Starting an apiserver on a store its caller opened: load or create the cluster PKI, bind,
+//! bootstrap the cluster's namespaces and `kubernetes` Service, write the admin kubeconfig, and
+//! serve HTTPS until the caller's shutdown token is cancelled. The caller owns the store (and
+//! closes it after [`Running::wait`]); every task the server spawns is tracked and ends with it.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
 use rudder_admission::{
     Chain, DefaultTolerationSeconds, NamespaceLifecycle, Priority, ServiceAccount,
 };
+use rudder_storage::Storage;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
-use crate::authn::{Authenticator, TokenFile};
+use crate::authn::{Authenticator, AuthnError, TokenFile};
 use crate::authz::AlwaysAllow;
+use crate::error::ApiError;
 use crate::http::{router, AppState};
 use crate::limits::Limits;
-use crate::pki::{self, Pki};
-use crate::registry::{self, Allocators, Registry};
+use crate::pki::{self, Pki, PkiError};
+use crate::registry::{self, Allocators, Cidr, Registry};
 
-/// How to run an apiserver.
+/// How to run an apiserver (the store is handed to [`start`] apart).
 #[derive(Clone, Debug)]
 pub struct Config {
-    pub storage_url: String,
+    /// Where the cluster PKI and the admin kubeconfig live.
     pub data_dir: PathBuf,
     pub listen: SocketAddr,
     pub tls_sans: Vec<String>,
     pub token_auth_file: Option<PathBuf>,
-    pub service_cluster_ip_range: String,
-    pub service_node_port_range: String,
+    /// The range Service ClusterIPs come from.
+    pub service_cluster_ip_range: Cidr,
+    /// The range Service NodePorts come from.
+    pub service_node_port_range: RangeInclusive<u16>,
     /// Request and connection limits (upstream's defaults).
     pub limits: Limits,
 }
 
+/// Upstream's default Service ClusterIP range.
+pub const DEFAULT_SERVICE_CLUSTER_IP_RANGE: Cidr = Cidr {
+    base: Ipv4Addr::new(10, 96, 0, 0),
+    bits: 12,
+};
+
+/// Upstream's default NodePort range.
+pub const DEFAULT_SERVICE_NODE_PORT_RANGE: RangeInclusive<u16> = 30000..=32767;
+
 impl Config {
-    /// Defaults for a data dir and a storage URL (listen on 6443 everywhere).
-    pub fn new(storage_url: impl Into<String>, data_dir: impl Into<PathBuf>) -> Self {
+    /// Defaults for a data dir (listen on 6443 everywhere, upstream's Service ranges).
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
         Self {
-            storage_url: storage_url.into(),
             data_dir: data_dir.into(),
             listen: SocketAddr::from(([0, 0, 0, 0], 6443)),
             tls_sans: Vec::new(),
             token_auth_file: None,
-            service_cluster_ip_range: "10.96.0.0/12".into(),
-            service_node_port_range: "30000-32767".into(),
+            service_cluster_ip_range: DEFAULT_SERVICE_CLUSTER_IP_RANGE,
+            service_node_port_range: DEFAULT_SERVICE_NODE_PORT_RANGE,
             limits: Limits::default(),
         }
     }
+}
+
+/// Why an apiserver did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("creating the data dir {}: {source}", path.display())]
+    DataDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the cluster PKI: {0}")]
+    Pki(#[source] PkiError),
+    #[error("--token-auth-file: {0}")]
+    TokenFile(#[source] AuthnError),
+    #[error("binding {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("bootstrapping the cluster: {0}")]
+    Bootstrap(#[source] ApiError),
+    #[error("writing the admin kubeconfig: {0}")]
+    Kubeconfig(#[source] PkiError),
+}
+
+/// Why a running apiserver stopped other than by its shutdown token.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("serving HTTPS: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the apiserver task: {0}")]
+    Task(#[from] tokio::task::JoinError),
 }
 
 /// A running apiserver.
@@ -58,48 +104,49 @@ pub struct Running {
     /// The admin kubeconfig it wrote.
     pub kubeconfig: PathBuf,
     pub pki: Pki,
+    /// This server's own token: a child of the caller's, so [`Running::stop`] stops this
+    /// server alone.
     shutdown: CancellationToken,
-    task: JoinHandle<std::io::Result<()>>,
-    storage: Arc<dyn rudder_storage::Storage>,
+    serving: JoinHandle<std::io::Result<()>>,
+    /// Watches and any other task spawned for requests: ended on shutdown, awaited by `wait`.
+    tasks: TaskTracker,
 }
 
 impl Running {
-    /// Stops accepting, lets in-flight requests finish, and closes the storage.
-    pub async fn stop(self) -> Result<()> {
+    /// Stops accepting, lets in-flight requests finish, and ends the server's tasks. The store
+    /// stays open: its owner closes it.
+    pub async fn stop(self) -> Result<(), ServeError> {
         self.shutdown.cancel();
-        self.task.await.context("apiserver task")??;
-        self.storage.close().await;
-        Ok(())
+        self.wait().await
     }
 
-    /// Waits until the server stops (after `shutdown` is cancelled elsewhere).
-    pub async fn wait(self) -> Result<()> {
-        self.task.await.context("apiserver task")??;
-        self.storage.close().await;
+    /// Waits until the server stops (after the shutdown token handed to [`start`] is
+    /// cancelled) and every task it spawned has ended.
+    pub async fn wait(self) -> Result<(), ServeError> {
+        let served = self.serving.await;
+        // However serving ended, nothing the server spawned outlives it.
+        self.shutdown.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+        served??;
         Ok(())
-    }
-
-    pub fn shutdown_token(&self) -> CancellationToken {
-        self.shutdown.clone()
     }
 }
 
-fn parse_port_range(text: &str) -> Result<std::ops::RangeInclusive<u16>> {
+/// Parses a NodePort range such as `30000-32767`.
+pub fn parse_port_range(text: &str) -> Result<RangeInclusive<u16>, String> {
     let (low, high) = text
         .split_once('-')
-        .with_context(|| format!("--service-node-port-range {text:?}: expected LOW-HIGH"))?;
-    let low: u16 = low
-        .trim()
-        .parse()
-        .with_context(|| format!("bad port {low:?}"))?;
-    let high: u16 = high
-        .trim()
-        .parse()
-        .with_context(|| format!("bad port {high:?}"))?;
-    anyhow::ensure!(
-        low <= high,
-        "--service-node-port-range {text:?}: LOW exceeds HIGH"
-    );
+        .ok_or_else(|| format!("{text:?}: expected LOW-HIGH"))?;
+    let port = |part: &str| {
+        part.trim()
+            .parse::<u16>()
+            .map_err(|_| format!("{text:?}: {part:?} is not a port"))
+    };
+    let (low, high) = (port(low)?, port(high)?);
+    if low > high {
+        return Err(format!("{text:?}: LOW exceeds HIGH"));
+    }
     Ok(low..=high)
 }
 
@@ -145,55 +192,54 @@ fn connection_cap(configured: usize, open_files: Option<u64>) -> usize {
     configured.min(allowed).max(1)
 }
 
-/// Starts an apiserver.
-pub async fn start(config: Config) -> Result<Running> {
-    let cidr = registry::allocator_cidr(&config.service_cluster_ip_range)
-        .map_err(|error| anyhow::anyhow!("--service-cluster-ip-range: {error}"))?;
-    let node_ports = parse_port_range(&config.service_node_port_range)?;
-    crate::data_dir::prepare(&config.data_dir)
-        .with_context(|| format!("creating {}", config.data_dir.display()))?;
-    crate::data_dir::protect_sqlite_files(&config.storage_url)
-        .context("making the SQLite database private")?;
+/// Starts an apiserver on `storage`, serving until `shutdown` is cancelled.
+pub async fn start(
+    config: Config,
+    storage: Arc<dyn Storage>,
+    shutdown: CancellationToken,
+) -> Result<Running, StartError> {
+    crate::data_dir::prepare(&config.data_dir).map_err(|source| StartError::DataDir {
+        path: config.data_dir.clone(),
+        source,
+    })?;
     let mut limits = config.limits.clone();
     limits.max_connections = connection_cap(limits.max_connections, raise_open_file_limit());
-    let storage = rudder_storage::open(&config.storage_url)
-        .await
-        .with_context(|| {
-            format!(
-                "opening storage {}",
-                rudder_storage::config::redact(&config.storage_url)
-            )
-        })?;
-    let allocators = Allocators::new(storage.clone(), cidr, node_ports);
+    let allocators = Allocators::new(
+        storage.clone(),
+        config.service_cluster_ip_range,
+        config.service_node_port_range.clone(),
+    );
     let first_service_ip = allocators.first_service_ip();
     let pki = Pki::load_or_create(
         &config.data_dir,
         &config.tls_sans,
         &[IpAddr::V4(first_service_ip)],
     )
-    .context("loading the cluster PKI")?;
-    let tls = pki.server_config().context("TLS configuration")?;
+    .map_err(StartError::Pki)?;
+    let tls = pki.server_config().map_err(StartError::Pki)?;
     let tokens = match &config.token_auth_file {
-        Some(path) => Some(
-            TokenFile::load(path)
-                .with_context(|| format!("--token-auth-file {}", path.display()))?,
-        ),
+        Some(path) => Some(TokenFile::load(path).map_err(StartError::TokenFile)?),
         None => None,
     };
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("binding {}", config.listen))?;
-    let addr = listener.local_addr()?;
+    let bind = |source| StartError::Bind {
+        addr: config.listen,
+        source,
+    };
+    let listener = TcpListener::bind(config.listen).await.map_err(bind)?;
+    let addr = listener.local_addr().map_err(bind)?;
 
-    let namespaces = registry::StoredNamespaces::default();
+    let shutdown = shutdown.child_token();
+    let tasks = TaskTracker::new();
+    let unadmitted = Registry::new(storage, Arc::new(Chain::new()), allocators)
+        .with_tasks(tasks.clone(), shutdown.clone());
+    let namespaces = registry::StoredNamespaces::new(unadmitted.clone());
     // Upstream's default order: NamespaceLifecycle first, then the pod plugins.
     let admission = Chain::new()
         .with_mutating(ServiceAccount)
         .with_mutating(Priority::new(namespaces.clone()))
         .with_mutating(DefaultTolerationSeconds)
-        .with_validating(NamespaceLifecycle::new(namespaces.clone()));
-    let registry = Registry::new(storage.clone(), Arc::new(admission), allocators);
-    let _ = namespaces.registry.set(registry.clone());
+        .with_validating(NamespaceLifecycle::new(namespaces));
+    let registry = unadmitted.with_admission(Arc::new(admission));
 
     let advertise = advertise_ip(&addr);
     let state = AppState::new(
@@ -205,7 +251,7 @@ pub async fn start(config: Config) -> Result<Running> {
     );
     registry::bootstrap(&registry, addr.port(), &advertise.to_string())
         .await
-        .map_err(|error| anyhow::anyhow!("bootstrapping the cluster: {error}"))?;
+        .map_err(StartError::Bootstrap)?;
     state.mark_bootstrapped();
 
     let host = if addr.ip().is_unspecified() {
@@ -216,11 +262,10 @@ pub async fn start(config: Config) -> Result<Running> {
     let server_url = format!("https://{}", SocketAddr::new(host, addr.port()));
     let kubeconfig = config.data_dir.join("kubeconfig.yaml");
     pki::write_private_file(&kubeconfig, &pki::admin_kubeconfig(&pki, &server_url))
-        .context("writing the admin kubeconfig")?;
+        .map_err(StartError::Kubeconfig)?;
 
-    let shutdown = CancellationToken::new();
     let app = router(state);
-    let task = tokio::spawn(crate::tls::serve(
+    let serving = tokio::spawn(crate::tls::serve(
         listener,
         tls,
         app,
@@ -233,8 +278,8 @@ pub async fn start(config: Config) -> Result<Running> {
         kubeconfig,
         pki,
         shutdown,
-        task,
-        storage,
+        serving,
+        tasks,
     })
 }
 
@@ -248,6 +293,23 @@ mod tests {
         let (soft, hard) = rlimit::Resource::NOFILE.get().expect("getrlimit");
         assert_eq!(soft, hard);
         assert_eq!(raised, soft);
+    }
+
+    #[test]
+    fn a_node_port_range_is_two_ports_in_order() {
+        assert_eq!(parse_port_range("30000-32767"), Ok(30000..=32767));
+        assert_eq!(parse_port_range(" 80 - 80 "), Ok(80..=80));
+        for bad in ["30000", "a-b", "2-1", "1-70000"] {
+            assert!(parse_port_range(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_default_service_range_is_upstreams() {
+        assert_eq!(
+            Cidr::parse("10.96.0.0/12"),
+            Ok(DEFAULT_SERVICE_CLUSTER_IP_RANGE)
+        );
     }
 
     #[test]

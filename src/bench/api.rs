@@ -24,8 +24,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSpec};
 use kube::api::{ListParams, ObjectMeta, PostParams};
 use kube::{Api, Client};
 use rudder_apiserver::server::{self, Config, Running};
+use rudder_storage::Storage;
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 use super::api_report::{self, Sample, Tally, Workload};
 use super::report;
@@ -239,6 +241,7 @@ struct Server {
     /// The apiserver's data dir (PKI, kubeconfig) and, for sqlite, the database.
     dir: PathBuf,
     running: Running,
+    store: Arc<dyn Storage>,
     /// One per concurrent client, each with a connection pool of its own.
     clients: Vec<Client>,
 }
@@ -248,6 +251,7 @@ impl Server {
     async fn close(self) -> Result<()> {
         drop(self.clients);
         let stopped = self.running.stop().await.context("stopping the apiserver");
+        self.store.close().await;
         let cleaned = cleanup(&self.url, &self.dir).await;
         stopped.and(cleaned)
     }
@@ -311,11 +315,19 @@ async fn open(name: &str, args: &ApiBenchArgs, tag: &str, clients: usize) -> Res
     let dir = std::env::temp_dir().join(format!("rudder-bench-api-{tag}-{name}"));
     let url = storage_url(name, args, tag, &dir)?;
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut config = Config::new(url.clone(), dir.join("apiserver"));
+    let mut config = Config::new(dir.join("apiserver"));
     config.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-    let running = match server::start(config).await {
+    let store = match rudder_storage::open(&url).await {
+        Ok(store) => store,
+        Err(error) => {
+            let _ = cleanup(&url, &dir).await;
+            return Err(error).context("opening the store");
+        }
+    };
+    let running = match server::start(config, store.clone(), CancellationToken::new()).await {
         Ok(running) => running,
         Err(error) => {
+            store.close().await;
             let _ = cleanup(&url, &dir).await;
             return Err(error).context("starting the apiserver");
         }
@@ -326,10 +338,12 @@ async fn open(name: &str, args: &ApiBenchArgs, tag: &str, clients: usize) -> Res
             url,
             dir,
             running,
+            store,
             clients,
         }),
         Err(error) => {
             let _ = running.stop().await;
+            store.close().await;
             let _ = cleanup(&url, &dir).await;
             Err(error)
         }

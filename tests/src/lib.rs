@@ -1,11 +1,17 @@
-//! rudder-tests: support for the cross-crate tests in `tests/tests/`, which run the real
-//! `rudder` binary (registered as test targets of the root package, so cargo builds the binary
-//! for them and hands its path over as `CARGO_BIN_EXE_rudder`).
+//! rudder-tests: support for the cross-crate tests in `tests/tests/` and the component crates'
+//! own end-to-end tests: the real `rudder` binary run as a user would ([`RudderServer`], and
+//! [`Kubectl`] driving it), and an apiserver in the test's process ([`start_apiserver`],
+//! [`admin_client`]). The files in `tests/tests/` are test targets of the root package, so cargo
+//! builds the binary for them and hands its path over as `CARGO_BIN_EXE_rudder`.
 
 use std::process::{Command, Output};
 
+pub mod in_process;
+pub mod kubectl;
 pub mod server;
 
+pub use in_process::{admin_client, start_apiserver};
+pub use kubectl::Kubectl;
 pub use server::RudderServer;
 
 /// Runs `binary` with `args` and returns its output.

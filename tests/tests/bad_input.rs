@@ -8,7 +8,7 @@
 
 use http::{Method, Request};
 use kube::Client;
-use rudder_apiserver::server::{self, Config, Running};
+use rudder_apiserver::server::{Config, Running};
 use serde_json::Value;
 
 #[path = "bad_input/connections.rs"]
@@ -35,11 +35,8 @@ async fn start_with(
     Box<dyn rudder_storage::testing::Harness>,
 ) {
     let harness = rudder_storage::testing::sqlite().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::new(harness.url(), dir.path());
-    config.listen = "127.0.0.1:0".parse().unwrap();
-    adjust(&mut config);
-    (server::start(config).await.unwrap(), dir, harness)
+    let (running, dir) = rudder_tests::start_apiserver(harness.as_ref(), adjust).await;
+    (running, dir, harness)
 }
 
 /// A client of `running` with no credentials, or with a bearer token.
@@ -82,11 +79,7 @@ async fn send_with_headers(
 }
 
 async fn client(running: &Running) -> Client {
-    let kubeconfig = kube::config::Kubeconfig::read_from(&running.kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    Client::try_from(config).unwrap()
+    rudder_tests::admin_client(&running.kubeconfig).await
 }
 
 /// Sends a request and returns (HTTP status, body as JSON).

@@ -23,11 +23,7 @@ use rudder_tests::RudderServer;
 const KUBECTL: &str = "1.33";
 
 async fn client(server: &RudderServer) -> Client {
-    let kubeconfig = kube::config::Kubeconfig::read_from(server.kubeconfig()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    Client::try_from(config).unwrap()
+    rudder_tests::admin_client(server.kubeconfig()).await
 }
 
 /// Marks every pod that is not Ready as Running and Ready, as a kubelet would once it started.

@@ -8,29 +8,22 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, Client};
-use rudder_apiserver::server::{self, Config, Running};
+use rudder_apiserver::server::Running;
 use rudder_storage::testing::{self, Harness};
 use serde_json::json;
 
 async fn start(harness: &dyn Harness) -> (Running, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::new(harness.url(), dir.path());
-    config.listen = "127.0.0.1:0".parse().unwrap();
-    (server::start(config).await.unwrap(), dir)
+    rudder_tests::start_apiserver(harness, |_| {}).await
 }
 
 async fn client(running: &Running) -> Client {
-    let kubeconfig = kube::config::Kubeconfig::read_from(&running.kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    Client::try_from(config).unwrap()
+    rudder_tests::admin_client(&running.kubeconfig).await
 }
 
 fn configmap(name: &str, value: &str) -> ConfigMap {
@@ -503,3 +496,44 @@ on_every_driver!(watch_everything;
 on_every_driver!(two_servers_share_watches;
     two_servers_on_one_postgres_share_watches => postgres,
     two_servers_on_one_etcd_share_watches => etcd);
+
+/// Stopping a server ends the watches it serves at once (not after the connections' grace
+/// period), and nothing it spawned still holds the store afterwards — its owner closes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_a_server_ends_its_watches_and_lets_go_of_the_store() {
+    let harness = testing::sqlite().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = rudder_apiserver::Config::new(dir.path());
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    let store = rudder_storage::open(&harness.url()).await.unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let running = rudder_apiserver::server::start(config, store.clone(), shutdown.clone())
+        .await
+        .unwrap();
+    let namespaces: Api<Namespace> = Api::all(client(&running).await);
+    let mut watch = namespaces
+        .watch(&kube::api::WatchParams::default().timeout(290), "0")
+        .await
+        .unwrap()
+        .boxed();
+    // The replay's first event: the watch is being served.
+    watch.try_next().await.unwrap().unwrap();
+
+    let started = std::time::Instant::now();
+    running.stop().await.unwrap();
+    let took = started.elapsed();
+    assert!(
+        took < rudder_apiserver::tls::SHUTDOWN_GRACE / 2,
+        "stop took {took:?} with a watch open"
+    );
+    assert!(
+        !shutdown.is_cancelled(),
+        "stop ends this server, not its caller's other work"
+    );
+    assert_eq!(
+        std::sync::Arc::strong_count(&store),
+        1,
+        "a task of the stopped server still holds the store"
+    );
+    store.close().await;
+}

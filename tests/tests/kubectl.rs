@@ -9,12 +9,12 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::Ipv4Addr;
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use rudder_storage::testing;
-use rudder_tests::RudderServer;
+use rudder_tests::{Kubectl, RudderServer};
 use serde_json::Value;
 
 macro_rules! kubectl_session {
@@ -47,78 +47,6 @@ kubectl_session! {
     kubectl_1_27_drives_rudder_on_etcd => etcd, "1.27";
     kubectl_1_30_drives_rudder_on_etcd => etcd, "1.30";
     kubectl_1_33_drives_rudder_on_etcd => etcd, "1.33";
-}
-
-/// One kubectl version against one server; every command's transcript goes to stderr so a
-/// failure shows what led to it.
-struct Kubectl<'a> {
-    server: &'a RudderServer,
-    version: &'static str,
-    namespace: String,
-}
-
-impl Kubectl<'_> {
-    fn run(&self, args: &[&str]) -> Output {
-        let output = self.server.kubectl(self.version, args);
-        eprintln!(
-            "$ kubectl.{} {}\n{}{}[rc {}]",
-            self.version,
-            args.join(" "),
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr),
-            output.status.code().unwrap_or(-1)
-        );
-        output
-    }
-
-    /// Runs a command that must succeed; returns its stdout.
-    fn ok(&self, args: &[&str]) -> String {
-        let output = self.run(args);
-        assert!(
-            output.status.success(),
-            "kubectl.{} {} failed: {}",
-            self.version,
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8(output.stdout).unwrap()
-    }
-
-    /// Runs a command in the test namespace that must succeed; returns its stdout.
-    fn ok_ns(&self, args: &[&str]) -> String {
-        self.ok(&self.in_namespace(args))
-    }
-
-    /// Runs a command that must exit 1; returns its stderr.
-    fn fails(&self, args: &[&str]) -> String {
-        let output = self.run(args);
-        assert_eq!(
-            output.status.code(),
-            Some(1),
-            "kubectl.{} {} should exit 1",
-            self.version,
-            args.join(" ")
-        );
-        String::from_utf8(output.stderr).unwrap()
-    }
-
-    /// Runs a command in the test namespace that must exit 1; returns its stderr.
-    fn fails_ns(&self, args: &[&str]) -> String {
-        self.fails(&self.in_namespace(args))
-    }
-
-    fn in_namespace<'b>(&'b self, args: &[&'b str]) -> Vec<&'b str> {
-        let mut all = vec!["-n", self.namespace.as_str()];
-        all.extend_from_slice(args);
-        all
-    }
-
-    /// `get -o json` of one object in the test namespace.
-    fn json(&self, args: &[&str]) -> Value {
-        let mut all = args.to_vec();
-        all.extend(["-o", "json"]);
-        serde_json::from_str(&self.ok_ns(&all)).unwrap()
-    }
 }
 
 /// A table kubectl printed: its header words and each row's words.

@@ -3,10 +3,11 @@
 //! order. See docs/apiserver.md for the create/update/delete flows.
 //!
 //! ```text
-//! create: canonicalize → prepare_for_create → defaults → validate → admission → storage.create
-//! update: read → (patch) → canonicalize → prepare_for_update → defaults → validate
-//!         → admission → storage.update (compare-and-swap on mod_revision, retried when the
-//!         client did not pin a resourceVersion)
+//! create: canonicalize → mutating admission → prepare_for_create → defaults → validate
+//!         → validating admission → storage.create
+//! update: read → (patch) → canonicalize → mutating admission → prepare_for_update → defaults
+//!         → validate → validating admission → storage.update (compare-and-swap on
+//!         mod_revision, retried when the client did not pin a resourceVersion)
 //! delete: read → preconditions → admission → finalizers? mark : storage.delete
 //! ```
 
@@ -22,11 +23,6 @@ mod subresources;
 mod watch;
 
 pub use allocator::{Allocators, Cidr};
-
-/// Parses a service CIDR.
-pub fn allocator_cidr(text: &str) -> Result<Cidr, String> {
-    Cidr::parse(text)
-}
 pub use list::{decode_continue, ListResult};
 pub use namespaces::{bootstrap, StoredNamespaces};
 pub use store::{DeleteOptions, DeleteResult, Input, Preconditions};
@@ -36,6 +32,8 @@ use std::sync::Arc;
 
 use rudder_admission::Chain;
 use rudder_storage::Storage;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::request::FieldValidation;
 
@@ -79,6 +77,9 @@ pub struct Registry {
     storage: Arc<dyn Storage>,
     admission: Arc<Chain>,
     allocators: Arc<Allocators>,
+    /// Where the tasks a request leaves running (watches) are tracked, and what ends them.
+    tasks: TaskTracker,
+    shutdown: CancellationToken,
 }
 
 impl Registry {
@@ -87,7 +88,23 @@ impl Registry {
             storage,
             admission,
             allocators: Arc::new(allocators),
+            tasks: TaskTracker::new(),
+            shutdown: CancellationToken::new(),
         }
+    }
+
+    /// The same store with `admission` as its chain.
+    pub fn with_admission(mut self, admission: Arc<Chain>) -> Self {
+        self.admission = admission;
+        self
+    }
+
+    /// Spawns request tasks on `tasks` and ends them when `shutdown` is cancelled (the server
+    /// waits for them before it reports stopped).
+    pub fn with_tasks(mut self, tasks: TaskTracker, shutdown: CancellationToken) -> Self {
+        self.tasks = tasks;
+        self.shutdown = shutdown;
+        self
     }
 
     pub fn storage(&self) -> &Arc<dyn Storage> {

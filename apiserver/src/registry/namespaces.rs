@@ -120,18 +120,25 @@ fn missing() -> crate::error::ApiError {
     crate::error::ApiError::internal("the catalog lacks a core resource")
 }
 
-/// NamespaceLifecycle's view of the namespaces in the store (set once the registry exists).
-#[derive(Clone, Default)]
+/// What admission plugins read of the store (namespaces, PriorityClasses): through a registry
+/// of its own that has no admission chain, so the chain that holds this does not hold itself
+/// (a cycle that would keep the store open for ever).
+#[derive(Clone)]
 pub struct StoredNamespaces {
-    pub registry: std::sync::Arc<std::sync::OnceLock<Registry>>,
+    registry: Registry,
+}
+
+impl StoredNamespaces {
+    /// Reads through `registry`, which must not be the one whose admission chain holds this.
+    pub fn new(registry: Registry) -> Self {
+        Self { registry }
+    }
 }
 
 #[async_trait]
 impl NamespaceLookup for StoredNamespaces {
     async fn namespace_state(&self, name: &str) -> Result<NamespaceState, Denied> {
-        let Some(registry) = self.registry.get() else {
-            return Ok(NamespaceState::Active);
-        };
+        let registry = &self.registry;
         let namespaces = catalog::find("", "v1", "namespaces")
             .ok_or_else(|| Denied::forbidden("namespaces are not served"))?;
         match registry.read(namespaces, None, name).await {
@@ -157,8 +164,8 @@ impl rudder_admission::ObjectReader for StoredNamespaces {
         plural: &str,
         name: &str,
     ) -> Result<Option<Value>, Denied> {
-        let (Some(registry), Some(version)) = (self.registry.get(), catalog::version_of(group))
-        else {
+        let registry = &self.registry;
+        let Some(version) = catalog::version_of(group) else {
             return Ok(None);
         };
         let Some(info) = catalog::find(group, version, plural) else {
@@ -172,8 +179,8 @@ impl rudder_admission::ObjectReader for StoredNamespaces {
     }
 
     async fn list_cluster_objects(&self, group: &str, plural: &str) -> Result<Vec<Value>, Denied> {
-        let (Some(registry), Some(version)) = (self.registry.get(), catalog::version_of(group))
-        else {
+        let registry = &self.registry;
+        let Some(version) = catalog::version_of(group) else {
             return Ok(Vec::new());
         };
         let Some(info) = catalog::find(group, version, plural) else {

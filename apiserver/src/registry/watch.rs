@@ -228,7 +228,8 @@ impl Registry {
         let initial_events_end = options.send_initial_events && allow_bookmarks;
         let registry = self.clone();
         let namespace = namespace.map(str::to_string);
-        tokio::spawn(async move {
+        let shutdown = self.shutdown.clone();
+        self.tasks.spawn(async move {
             let run = async {
                 let mut stream = match stream {
                     Ok(stream) => stream,
@@ -306,6 +307,7 @@ impl Registry {
                     }
                 }
                 () = tokio::time::sleep_until(deadline) => {}
+                () = shutdown.cancelled() => {}
             }
         });
         Ok(events)
