@@ -21,12 +21,54 @@ pub(crate) fn typed<T: DeserializeOwned + Serialize>(value: Value) -> Result<Val
     serde_json::to_value(object).map_err(|error| error.to_string())
 }
 
+/// A subresource Rudder serves, as the last segment of its path names it; parsed once, at
+/// the edge, and passed as this enum everywhere after.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Subresource {
+    Status,
+    Scale,
+    Binding,
+    Finalize,
+}
+
+impl Subresource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Status => "status",
+            Self::Scale => "scale",
+            Self::Binding => "binding",
+            Self::Finalize => "finalize",
+        }
+    }
+
+    /// The subresource a path segment names, if Rudder serves one by that name.
+    pub fn parse(segment: &str) -> Option<Self> {
+        [Self::Status, Self::Scale, Self::Binding, Self::Finalize]
+            .into_iter()
+            .find(|sub| sub.as_str() == segment)
+    }
+}
+
+impl std::fmt::Display for Subresource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A kind with its group and version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupVersionKind {
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+}
+
 /// A subresource served beside its parent.
 #[derive(Clone, Copy, Debug)]
-pub struct Subresource {
-    pub name: &'static str,
-    /// The kind the subresource reads and writes: (group, version, kind).
-    pub kind: (&'static str, &'static str, &'static str),
+pub struct SubresourceInfo {
+    pub name: Subresource,
+    /// The kind the subresource reads and writes.
+    pub kind: GroupVersionKind,
     pub verbs: &'static [&'static str],
 }
 
@@ -42,7 +84,7 @@ pub struct ResourceInfo {
     pub short_names: &'static [&'static str],
     pub categories: &'static [&'static str],
     pub verbs: &'static [&'static str],
-    pub subresources: &'static [Subresource],
+    pub subresources: &'static [SubresourceInfo],
     /// The storage key prefix, without the trailing slash (`/registry/minions` for nodes).
     pub storage_prefix: &'static str,
     /// How a body becomes canonical; `None` for kinds that are never stored.
@@ -77,7 +119,7 @@ impl ResourceInfo {
         format!("{}List", self.kind)
     }
 
-    pub fn subresource(&self, name: &str) -> Option<&'static Subresource> {
+    pub fn subresource(&self, name: Subresource) -> Option<&'static SubresourceInfo> {
         self.subresources.iter().find(|sub| sub.name == name)
     }
 
@@ -113,17 +155,25 @@ pub(crate) const fn status_of(
     group: &'static str,
     version: &'static str,
     kind: &'static str,
-) -> Subresource {
-    Subresource {
-        name: "status",
-        kind: (group, version, kind),
+) -> SubresourceInfo {
+    SubresourceInfo {
+        name: Subresource::Status,
+        kind: GroupVersionKind {
+            group,
+            version,
+            kind,
+        },
         verbs: STATUS_VERBS,
     }
 }
 
-pub(crate) const SCALE: Subresource = Subresource {
-    name: "scale",
-    kind: ("autoscaling", "v1", "Scale"),
+pub(crate) const SCALE: SubresourceInfo = SubresourceInfo {
+    name: Subresource::Scale,
+    kind: GroupVersionKind {
+        group: "autoscaling",
+        version: "v1",
+        kind: "Scale",
+    },
     verbs: STATUS_VERBS,
 };
 

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::catalog::{self, ResourceInfo};
+use crate::catalog::{self, ResourceInfo, Subresource};
 use crate::error::{ApiError, Result};
 
 /// The verb a resource request maps to.
@@ -42,7 +42,7 @@ pub struct RequestInfo {
     pub resource: &'static ResourceInfo,
     pub namespace: Option<String>,
     pub name: Option<String>,
-    pub subresource: Option<String>,
+    pub subresource: Option<Subresource>,
 }
 
 /// What a path under `/api` or `/apis` names.
@@ -112,11 +112,16 @@ pub fn parse_path(method: &http::Method, path: &str, query: &Query) -> Result<Ap
     if namespace.is_some() && !resource.namespaced {
         return Err(ApiError::path_not_found());
     }
-    if let Some(sub) = subresource {
-        if resource.subresource(sub).is_none() {
-            return Err(ApiError::path_not_found());
+    let subresource = match subresource {
+        None => None,
+        Some(segment) => {
+            let sub = Subresource::parse(segment).ok_or_else(ApiError::path_not_found)?;
+            resource
+                .subresource(sub)
+                .ok_or_else(ApiError::path_not_found)?;
+            Some(sub)
         }
-    }
+    };
     for part in [namespace.as_deref(), name].into_iter().flatten() {
         if part.is_empty() {
             return Err(ApiError::path_not_found());
@@ -143,7 +148,7 @@ pub fn parse_path(method: &http::Method, path: &str, query: &Query) -> Result<Ap
         resource,
         namespace,
         name: name.map(str::to_string),
-        subresource: subresource.map(str::to_string),
+        subresource,
     }))
 }
 
@@ -371,7 +376,7 @@ mod tests {
         assert_eq!(info.resource.plural, "deployments");
         assert_eq!(info.namespace.as_deref(), Some("ns"));
         assert_eq!(info.name.as_deref(), Some("web"));
-        assert_eq!(info.subresource.as_deref(), Some("scale"));
+        assert_eq!(info.subresource, Some(Subresource::Scale));
     }
 
     #[test]
@@ -381,7 +386,7 @@ mod tests {
         assert_eq!(info.name.as_deref(), Some("kube-system"));
         assert_eq!(info.namespace, None);
         let info = resource("PUT", "/api/v1/namespaces/x/finalize", "");
-        assert_eq!(info.subresource.as_deref(), Some("finalize"));
+        assert_eq!(info.subresource, Some(Subresource::Finalize));
     }
 
     #[test]

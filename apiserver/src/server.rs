@@ -11,6 +11,7 @@ use std::sync::Arc;
 use rudder_admission::{
     Chain, DefaultTolerationSeconds, NamespaceLifecycle, Priority, ServiceAccount,
 };
+use rudder_storage::instrumented::Instrumented;
 use rudder_storage::Storage;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -20,7 +21,7 @@ use tokio_util::task::TaskTracker;
 use crate::authn::{Authenticator, AuthnError, TokenFile};
 use crate::authz::AlwaysAllow;
 use crate::error::ApiError;
-use crate::http::{router, AppState};
+use crate::http::{router, AppState, Metrics};
 use crate::limits::Limits;
 use crate::pki::{self, Pki, PkiError};
 use crate::registry::{self, Allocators, Cidr, Registry};
@@ -202,6 +203,9 @@ pub async fn start(
         path: config.data_dir.clone(),
         source,
     })?;
+    // Every storage call the server makes is timed and traced from here on.
+    let metrics = Arc::new(Metrics::new());
+    let storage = Instrumented::wrap(storage, metrics.storage.clone());
     let mut limits = config.limits.clone();
     limits.max_connections = connection_cap(limits.max_connections, raise_open_file_limit());
     let allocators = Allocators::new(
@@ -248,6 +252,7 @@ pub async fn start(
         Arc::new(AlwaysAllow),
         SocketAddr::new(advertise, addr.port()).to_string(),
         &limits,
+        metrics,
     );
     registry::bootstrap(&registry, addr.port(), &advertise.to_string())
         .await

@@ -133,7 +133,10 @@ impl Gateway {
                 stream
             },
         );
-        let mut builder = tonic::transport::Server::builder();
+        // One span per RPC, named by its gRPC method (`/etcdserverpb.KV/Range`); the store's
+        // calls nest inside it.
+        let mut builder = tonic::transport::Server::builder()
+            .trace_fn(|request| tracing::debug_span!("etcd.rpc", method = %request.uri().path()));
         if let Some(tls) = &self.tls {
             let mut config = tonic::transport::ServerTlsConfig::new().identity(
                 tonic::transport::Identity::from_pem(&tls.cert_pem, &tls.key_pem),

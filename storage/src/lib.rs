@@ -14,6 +14,7 @@
 pub mod config;
 pub mod error;
 pub mod etcd;
+pub mod instrumented;
 pub mod interface;
 pub mod sql;
 pub mod txn_keys;

@@ -537,3 +537,34 @@ async fn stopping_a_server_ends_its_watches_and_lets_go_of_the_store() {
     );
     store.close().await;
 }
+
+/// `/metrics` carries the storage calls under the API: a latency histogram per operation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_time_the_storage_calls_under_the_api() {
+    let harness = testing::sqlite().await.unwrap();
+    let (running, _dir) = start(harness.as_ref()).await;
+    let client = client(&running).await;
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    configmaps
+        .create(&PostParams::default(), &configmap("timed", "1"))
+        .await
+        .unwrap();
+    configmaps.get("timed").await.unwrap();
+    let request = http::Request::builder()
+        .uri("/metrics")
+        .body(Vec::new())
+        .unwrap();
+    let metrics = client.request_text(request).await.unwrap();
+    for operation in ["range", "txn"] {
+        let count = metrics
+            .lines()
+            .find_map(|line| {
+                line.strip_prefix(&format!(
+                    "rudder_storage_request_duration_seconds_count{{operation=\"{operation}\"}} "
+                ))
+            })
+            .unwrap_or_else(|| panic!("no {operation} histogram in:\n{metrics}"));
+        assert!(count.parse::<u64>().unwrap() >= 1, "{operation}: {count}");
+    }
+    running.stop().await.unwrap();
+}

@@ -5,7 +5,7 @@
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
-use crate::catalog::{self, ResourceInfo, RESOURCES};
+use crate::catalog::{self, GroupVersionKind, ResourceInfo, RESOURCES};
 
 /// The aggregated-discovery version an Accept header asks for, if any.
 pub fn aggregated_version(accept: Option<&str>) -> Option<&'static str> {
@@ -62,7 +62,11 @@ fn legacy_resource_entries(group: &str, version: &str) -> Vec<Value> {
         }
         entries.push(entry);
         for sub in info.subresources {
-            let (sub_group, sub_version, sub_kind) = sub.kind;
+            let GroupVersionKind {
+                group: sub_group,
+                version: sub_version,
+                kind: sub_kind,
+            } = sub.kind;
             let mut entry = json!({
                 "name": format!("{}/{}", info.plural, sub.name),
                 "singularName": "",
@@ -113,8 +117,12 @@ fn aggregated_resource(info: &ResourceInfo) -> Value {
             .subresources
             .iter()
             .map(|sub| {
-                let (group, version, kind) = sub.kind;
-                json!({"subresource": sub.name,
+                let GroupVersionKind {
+                    group,
+                    version,
+                    kind,
+                } = sub.kind;
+                json!({"subresource": sub.name.as_str(),
                     "responseKind": {"group": group, "version": version, "kind": kind},
                     "verbs": sub.verbs})
             })

@@ -1,7 +1,7 @@
 //! `/metrics`: Prometheus text with upstream's request metrics
 //! (`apiserver_request_total`, `apiserver_request_duration_seconds`), same names and labels.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::State;
@@ -11,6 +11,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use rudder_storage::instrumented::StorageMetrics;
 
 use super::{AppState, RequestLabels};
 
@@ -51,6 +52,8 @@ fn new_histogram() -> Histogram {
 
 /// The apiserver's metrics.
 pub struct Metrics {
+    /// The storage calls under the registry (filled by the store's decorator).
+    pub storage: Arc<StorageMetrics>,
     registry: Mutex<Registry>,
     total: Family<TotalLabels, Counter>,
     duration: Family<DurationLabels, Histogram, fn() -> Histogram>,
@@ -79,7 +82,10 @@ impl Metrics {
             "Response latency distribution in seconds for each verb, dry run value, group, version, resource, subresource, scope and component.",
             duration.clone(),
         );
+        let storage = Arc::new(StorageMetrics::default());
+        storage.register(&mut registry);
         Self {
+            storage,
             registry: Mutex::new(registry),
             total,
             duration,

@@ -60,13 +60,14 @@ impl AppState {
         authorizer: Arc<dyn Authorizer>,
         advertise: String,
         limits: &crate::limits::Limits,
+        metrics: Arc<Metrics>,
     ) -> Self {
         let health = Arc::new(health::Health::new(registry.storage().clone()));
         Self {
             registry,
             authenticator: Arc::new(authenticator),
             authorizer,
-            metrics: Arc::new(Metrics::new()),
+            metrics,
             health,
             advertise,
             request_limits: Arc::new(inflight::RequestLimits::new(limits)),

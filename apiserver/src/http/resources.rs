@@ -12,11 +12,13 @@ use super::discovery;
 use super::respond::{self, IncludeObject};
 use super::{AppState, Caller, RequestLabels};
 use crate::authz::{self, Decision};
+use crate::catalog::Subresource;
 use crate::codec::{self, Output};
 use crate::error::{ApiError, Result};
+use crate::kinds::Reviewers;
 use crate::patch;
 use crate::patch::strategic::Ty;
-use crate::registry::{self, DeleteOptions, Preconditions, Write};
+use crate::registry::{self, DeleteOptions, Preconditions, Propagation, Target, Write};
 use crate::request::{self, ApiPath, ListOptions, Query, RequestInfo, Verb, WriteOptions};
 
 fn header(headers: &HeaderMap, name: http::header::HeaderName) -> Option<&str> {
@@ -88,7 +90,10 @@ fn labels_of(info: &RequestInfo, query: &Query) -> RequestLabels {
         group: info.resource.group.to_string(),
         version: info.resource.version.to_string(),
         resource: info.resource.plural.to_string(),
-        subresource: info.subresource.clone().unwrap_or_default(),
+        subresource: info
+            .subresource
+            .map(|sub| sub.as_str().to_string())
+            .unwrap_or_default(),
         scope: scope.to_string(),
         dry_run: query.all("dryRun").iter().any(|value| value == "All"),
     }
@@ -98,7 +103,7 @@ fn labels_of(info: &RequestInfo, query: &Query) -> RequestLabels {
 /// a collection of a namespaced resource is deleted only within one namespace.
 fn verb_served(info: &RequestInfo) -> bool {
     let verb = info.verb.as_str();
-    let served = match info.subresource.as_deref() {
+    let served = match info.subresource {
         Some(name) => info
             .resource
             .subresource(name)
@@ -159,7 +164,10 @@ fn authorize(
         group: info.resource.group.to_string(),
         version: info.resource.version.to_string(),
         resource: info.resource.plural.to_string(),
-        subresource: info.subresource.clone().unwrap_or_default(),
+        subresource: info
+            .subresource
+            .map(|sub| sub.as_str().to_string())
+            .unwrap_or_default(),
         namespace: info.namespace.clone().unwrap_or_default(),
         name,
         path: String::new(),
@@ -256,242 +264,295 @@ async fn resource(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response> {
-    let resource = info.resource;
     if !verb_served(info) {
-        return Err(ApiError::method_not_allowed(
-            "the server does not allow this method on the requested resource",
-        ));
+        return Err(not_allowed());
     }
     authorize(state, caller, info, query)?;
-    let output = codec::negotiate(header(headers, http::header::ACCEPT))?;
-    let include = IncludeObject::parse(query.get("includeObject"))?;
-    let namespace = info.namespace.as_deref();
-    let sub = info.subresource.as_deref();
-    let registry = &state.registry;
-    if resource.namespaced && namespace.is_none() && info.name.is_some() {
+    if info.resource.namespaced && info.namespace.is_none() && info.name.is_some() {
         return Err(ApiError::path_not_found());
     }
+    let call = Call {
+        state,
+        caller,
+        info,
+        query,
+        headers,
+        output: codec::negotiate(header(headers, http::header::ACCEPT))?,
+        include: IncludeObject::parse(query.get("includeObject"))?,
+    };
     match info.verb {
-        Verb::Get => {
-            let name = info.name.as_deref().unwrap_or("");
-            let object = match sub {
-                Some("scale") => registry.get_scale(resource, namespace, name).await?,
-                _ => registry.get(resource, namespace, name).await?,
-            };
-            Ok(respond::object(
-                resource,
-                output,
-                include,
-                StatusCode::OK,
-                &object,
+        Verb::Get => get(&call).await,
+        Verb::List => list(&call).await,
+        Verb::Watch => watch(&call).await,
+        Verb::Create => create(&call, body).await,
+        Verb::Update => update(&call, body).await,
+        Verb::Patch => patch(&call, body).await,
+        Verb::Delete => delete(&call, body).await,
+        Verb::DeleteCollection => delete_collection(&call, body).await,
+    }
+}
+
+fn not_allowed() -> ApiError {
+    ApiError::method_not_allowed("the server does not allow this method on the requested resource")
+}
+
+/// One authorized request, for the handler of its verb.
+struct Call<'a> {
+    state: &'a AppState,
+    caller: &'a crate::authn::UserInfo,
+    info: &'a RequestInfo,
+    query: &'a Query,
+    headers: &'a HeaderMap,
+    /// The representation the client accepts.
+    output: Output,
+    include: IncludeObject,
+}
+
+impl Call<'_> {
+    fn target(&self) -> Target<'_> {
+        Target {
+            resource: self.info.resource,
+            namespace: self.info.namespace.as_deref(),
+            name: self.info.name.as_deref().unwrap_or(""),
+            subresource: self.info.subresource,
+        }
+    }
+
+    fn write(&self, options: &WriteOptions) -> Write {
+        write_of(self.caller, options, self.headers)
+    }
+
+    /// The response carrying `object` as the client asked for it.
+    fn object(&self, status: StatusCode, object: &Value, warnings: &[String]) -> Response {
+        respond::object(
+            self.info.resource,
+            self.output,
+            self.include,
+            status,
+            object,
+            warnings,
+        )
+    }
+
+    /// A scale answers as JSON whatever the client accepts (it has no Table or protobuf form
+    /// here).
+    fn scale(&self, scale: &Value) -> Response {
+        respond::object(
+            self.info.resource,
+            Output::Object(codec::Format::Json),
+            self.include,
+            StatusCode::OK,
+            scale,
+            &[],
+        )
+    }
+
+    /// The written object, 201 when the write created it.
+    fn written(&self, written: &registry::Written) -> Response {
+        let status = if written.created {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        };
+        self.object(status, &written.object, &written.warnings)
+    }
+}
+
+async fn get(call: &Call<'_>) -> Result<Response> {
+    let target = call.target();
+    let registry = &call.state.registry;
+    let (resource, namespace, name) = (target.resource, target.namespace, target.name);
+    if target.subresource == Some(Subresource::Scale) {
+        let scale = registry.get_scale(resource, namespace, name).await?;
+        return Ok(call.object(StatusCode::OK, &scale, &[]));
+    }
+    let object = registry.get(resource, namespace, name).await?;
+    Ok(call.object(StatusCode::OK, &object, &[]))
+}
+
+async fn list(call: &Call<'_>) -> Result<Response> {
+    let options = ListOptions::from_query(call.query)?;
+    let target = call.target();
+    let result = call
+        .state
+        .registry
+        .list(target.resource, target.namespace, &options)
+        .await?;
+    Ok(respond::list(
+        target.resource,
+        call.output,
+        call.include,
+        &result,
+    ))
+}
+
+async fn watch(call: &Call<'_>) -> Result<Response> {
+    let mut options = ListOptions::from_query(call.query)?;
+    scope_watch_to_name(call.info, &mut options)?;
+    let target = call.target();
+    super::watch::serve(
+        &call.state.registry,
+        target.resource,
+        target.namespace,
+        &options,
+        call.output,
+        call.include,
+    )
+    .await
+}
+
+async fn create(call: &Call<'_>, body: Body) -> Result<Response> {
+    let write = call.write(&WriteOptions::from_query(call.query)?);
+    let input = decode_input(call.headers, read_body(body).await?).await?;
+    let target = call.target();
+    let resource = target.resource;
+    let reviewers = Reviewers {
+        authorizer: call.state.authorizer.as_ref(),
+    };
+    if let Some(answer) = resource
+        .strategy
+        .review(&reviewers, call.caller, &input.object)
+    {
+        return Ok(call.object(StatusCode::CREATED, &answer, &[]));
+    }
+    let registry = &call.state.registry;
+    match (target.subresource, call.info.name.as_deref()) {
+        (Some(Subresource::Binding), Some(name)) => {
+            registry
+                .bind_pod(resource, target.namespace, name, &input.object, &write)
+                .await?;
+            let status = serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});
+            Ok(respond::encoded(
+                StatusCode::CREATED,
+                codec::Format::Json,
+                &status,
                 &[],
             ))
         }
-        Verb::List => {
-            let options = ListOptions::from_query(query)?;
-            let result = registry.list(resource, namespace, &options).await?;
-            Ok(respond::list(resource, output, include, &result))
-        }
-        Verb::Watch => {
-            let mut options = ListOptions::from_query(query)?;
-            scope_watch_to_name(info, &mut options)?;
-            super::watch::serve(registry, resource, namespace, &options, output, include).await
-        }
-        Verb::Create => {
-            let options = WriteOptions::from_query(query)?;
-            let write = write_of(caller, &options, headers);
-            let bytes = read_body(body).await?;
-            let input = decode_input(headers, bytes).await?;
-            if resource.plural == "selfsubjectaccessreviews" {
-                let answer = authz::review_self(
-                    state.authorizer.as_ref(),
-                    &caller.name,
-                    &caller.groups,
-                    &input.object,
-                );
-                return Ok(respond::object(
-                    resource,
-                    output,
-                    include,
-                    StatusCode::CREATED,
-                    &answer,
-                    &[],
-                ));
-            }
-            match (sub, info.name.as_deref()) {
-                (Some("binding"), Some(name)) => {
-                    registry
-                        .bind_pod(resource, namespace, name, &input.object, &write)
-                        .await?;
-                    let status = serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});
-                    Ok(respond::encoded(
-                        StatusCode::CREATED,
-                        codec::Format::Json,
-                        &status,
-                        &[],
-                    ))
-                }
-                (None, None) => {
-                    if resource.namespaced && namespace.is_none() {
-                        return Err(ApiError::path_not_found());
-                    }
-                    let written = registry.create(resource, namespace, input, &write).await?;
-                    Ok(respond::object(
-                        resource,
-                        output,
-                        include,
-                        StatusCode::CREATED,
-                        &written.object,
-                        &written.warnings,
-                    ))
-                }
-                _ => Err(ApiError::method_not_allowed(
-                    "the server does not allow this method on the requested resource",
-                )),
-            }
-        }
-        Verb::Update => {
-            let options = WriteOptions::from_query(query)?;
-            let write = write_of(caller, &options, headers);
-            let name = info.name.as_deref().unwrap_or("");
-            let bytes = read_body(body).await?;
-            let input = decode_input(headers, bytes).await?;
-            if sub == Some("scale") {
-                let scale = input.object;
-                let answer = registry
-                    .update_scale(resource, namespace, name, &write, |_| Ok(scale.clone()))
-                    .await?;
-                return Ok(respond::object(
-                    resource,
-                    Output::Object(codec::Format::Json),
-                    include,
-                    StatusCode::OK,
-                    &answer,
-                    &[],
-                ));
+        (None, None) => {
+            if resource.namespaced && target.namespace.is_none() {
+                return Err(ApiError::path_not_found());
             }
             let written = registry
-                .update(resource, namespace, name, sub, input, &write)
+                .create(resource, target.namespace, input, &write)
                 .await?;
-            let status = if written.created {
-                StatusCode::CREATED
-            } else {
-                StatusCode::OK
-            };
-            Ok(respond::object(
-                resource,
-                output,
-                include,
-                status,
-                &written.object,
-                &written.warnings,
-            ))
+            Ok(call.object(StatusCode::CREATED, &written.object, &written.warnings))
         }
-        Verb::Patch => {
-            let options = WriteOptions::from_query(query)?;
-            let write = write_of(caller, &options, headers);
-            let name = info.name.as_deref().unwrap_or("");
-            let bytes = read_body(body).await?;
-            codec::check_size(&bytes)?;
-            let kind =
-                patch::PatchKind::from_content_type(header(headers, http::header::CONTENT_TYPE))?;
-            let document = off_the_reactor(bytes, move |bytes| patch::parse(kind, bytes)).await?;
-            if sub == Some("scale") {
-                let answer = registry
-                    .update_scale(resource, namespace, name, &write, |current| {
-                        patch::apply(kind, Ty::Object, current, &document)
-                    })
-                    .await?;
-                return Ok(respond::object(
-                    resource,
-                    Output::Object(codec::Format::Json),
-                    include,
-                    StatusCode::OK,
-                    &answer,
-                    &[],
-                ));
-            }
-            if kind == patch::PatchKind::Apply && options.field_manager.is_none() {
-                return Err(ApiError::bad_request(
-                    "PATCH requests with Apply content type require fieldManager to be set",
-                ));
-            }
-            let written = patch::patch(
-                registry,
-                resource,
-                namespace,
-                name,
-                sub,
-                kind,
-                &document,
+        _ => Err(not_allowed()),
+    }
+}
+
+async fn update(call: &Call<'_>, body: Body) -> Result<Response> {
+    let write = call.write(&WriteOptions::from_query(call.query)?);
+    let input = decode_input(call.headers, read_body(body).await?).await?;
+    let Target {
+        resource,
+        namespace,
+        name,
+        subresource,
+    } = call.target();
+    let registry = &call.state.registry;
+    if subresource == Some(Subresource::Scale) {
+        let scale = input.object;
+        let answer = registry
+            .update_scale(resource, namespace, name, &write, |_| Ok(scale.clone()))
+            .await?;
+        return Ok(call.scale(&answer));
+    }
+    let written = registry
+        .update(resource, namespace, name, subresource, input, &write)
+        .await?;
+    Ok(call.written(&written))
+}
+
+async fn patch(call: &Call<'_>, body: Body) -> Result<Response> {
+    let options = WriteOptions::from_query(call.query)?;
+    let write = call.write(&options);
+    let bytes = read_body(body).await?;
+    codec::check_size(&bytes)?;
+    let kind =
+        patch::PatchKind::from_content_type(header(call.headers, http::header::CONTENT_TYPE))?;
+    let document = off_the_reactor(bytes, move |bytes| patch::parse(kind, bytes)).await?;
+    let target = call.target();
+    let registry = &call.state.registry;
+    if target.subresource == Some(Subresource::Scale) {
+        let answer = registry
+            .update_scale(
+                target.resource,
+                target.namespace,
+                target.name,
                 &write,
-                options.force,
+                |current| patch::apply(kind, Ty::Object, current, &document),
             )
             .await?;
-            let status = if written.created {
-                StatusCode::CREATED
-            } else {
-                StatusCode::OK
-            };
-            Ok(respond::object(
-                resource,
-                output,
-                include,
-                status,
-                &written.object,
-                &written.warnings,
-            ))
-        }
-        Verb::Delete | Verb::DeleteCollection => {
-            let bytes = read_body(body).await?;
-            let (options, dry_run) = delete_options(query, headers, &bytes)?;
-            let mut write_options = WriteOptions::from_query(query)?;
-            write_options.dry_run |= dry_run;
-            let write = write_of(caller, &write_options, headers);
-            if info.verb == Verb::DeleteCollection {
-                let list = ListOptions::from_query(query)?;
-                let deleted = registry
-                    .delete_collection(
-                        resource,
-                        namespace,
-                        &list.label_selector,
-                        &list.field_selector,
-                        &options,
-                        &write,
-                    )
-                    .await?;
-                let result = registry::ListResult {
-                    items: deleted,
-                    resource_version: 0,
-                    continue_token: None,
-                    remaining_item_count: None,
-                };
-                return Ok(respond::list(resource, output, include, &result));
-            }
-            let name = info.name.as_deref().unwrap_or("");
-            let result = registry
-                .delete(resource, namespace, name, &options, &write)
-                .await?;
-            let returns_object = !result.finished || resource.strategy.delete_returns_object();
-            if returns_object {
-                Ok(respond::object(
-                    resource,
-                    output,
-                    include,
-                    StatusCode::OK,
-                    &result.object,
-                    &[],
-                ))
-            } else {
-                let status = respond::success_status(resource, &result.object);
-                let format = match output {
-                    Output::Object(format) | Output::Metadata(format) => format,
-                    Output::Table(_) => codec::Format::Json,
-                };
-                Ok(respond::encoded(StatusCode::OK, format, &status, &[]))
-            }
-        }
+        return Ok(call.scale(&answer));
     }
+    if kind == patch::PatchKind::Apply && options.field_manager.is_none() {
+        return Err(ApiError::bad_request(
+            "PATCH requests with Apply content type require fieldManager to be set",
+        ));
+    }
+    let written = patch::patch(registry, target, kind, &document, &write, options.force).await?;
+    Ok(call.written(&written))
+}
+
+/// The DeleteOptions of a delete, and the write it makes (dry run from the query or the body).
+async fn delete_request(call: &Call<'_>, body: Body) -> Result<(DeleteOptions, Write)> {
+    let bytes = read_body(body).await?;
+    let (options, dry_run) = delete_options(call.query, call.headers, &bytes)?;
+    let mut write_options = WriteOptions::from_query(call.query)?;
+    write_options.dry_run |= dry_run;
+    Ok((options, call.write(&write_options)))
+}
+
+async fn delete(call: &Call<'_>, body: Body) -> Result<Response> {
+    let (options, write) = delete_request(call, body).await?;
+    let target = call.target();
+    let resource = target.resource;
+    let result = call
+        .state
+        .registry
+        .delete(resource, target.namespace, target.name, &options, &write)
+        .await?;
+    if !result.finished || resource.strategy.delete_returns_object() {
+        return Ok(call.object(StatusCode::OK, &result.object, &[]));
+    }
+    let status = respond::success_status(resource, &result.object);
+    let format = match call.output {
+        Output::Object(format) | Output::Metadata(format) => format,
+        Output::Table(_) => codec::Format::Json,
+    };
+    Ok(respond::encoded(StatusCode::OK, format, &status, &[]))
+}
+
+async fn delete_collection(call: &Call<'_>, body: Body) -> Result<Response> {
+    let (options, write) = delete_request(call, body).await?;
+    let list = ListOptions::from_query(call.query)?;
+    let target = call.target();
+    let deleted = call
+        .state
+        .registry
+        .delete_collection(
+            target.resource,
+            target.namespace,
+            &list.label_selector,
+            &list.field_selector,
+            &options,
+            &write,
+        )
+        .await?;
+    let result = registry::ListResult {
+        items: deleted,
+        resource_version: 0,
+        continue_token: None,
+        remaining_item_count: None,
+    };
+    Ok(respond::list(
+        target.resource,
+        call.output,
+        call.include,
+        &result,
+    ))
 }
 
 /// DeleteOptions from the body (JSON, YAML or protobuf) and the query; also says whether the
@@ -514,24 +575,23 @@ fn delete_options(
             uid: text(&body["preconditions"]["uid"]),
             resource_version: text(&body["preconditions"]["resourceVersion"]),
         },
-        propagation_policy: text(&body["propagationPolicy"]),
+        propagation_policy: None,
     };
     if let Some(grace) = query.get("gracePeriodSeconds").filter(|g| !g.is_empty()) {
         options.grace_period_seconds = Some(grace.parse().map_err(|_| {
             ApiError::bad_request(format!("invalid value for gracePeriodSeconds: {grace:?}"))
         })?);
     }
-    if let Some(policy) = query.get("propagationPolicy").filter(|p| !p.is_empty()) {
-        options.propagation_policy = Some(policy.to_string());
+    let mut policy = text(&body["propagationPolicy"]);
+    if let Some(text) = query.get("propagationPolicy").filter(|p| !p.is_empty()) {
+        policy = Some(text.to_string());
     }
     if body["orphanDependents"].as_bool() == Some(true) || query.flag("orphanDependents") {
-        options
-            .propagation_policy
-            .get_or_insert_with(|| "Orphan".into());
+        policy.get_or_insert_with(|| "Orphan".into());
     }
-    if let Some(policy) = &options.propagation_policy {
-        if !matches!(policy.as_str(), "Orphan" | "Background" | "Foreground") {
-            return Err(ApiError::invalid(
+    if let Some(policy) = policy {
+        let parsed = Propagation::parse(&policy).ok_or_else(|| {
+            ApiError::invalid(
                 "DeleteOptions",
                 "",
                 "",
@@ -540,8 +600,9 @@ fn delete_options(
                     message: format!("Unsupported value: \"{policy}\": supported values: \"Foreground\", \"Background\", \"Orphan\""),
                     field: "propagationPolicy".into(),
                 }],
-            ));
-        }
+            )
+        })?;
+        options.propagation_policy = Some(parsed);
     }
     if let Some(grace) = options.grace_period_seconds {
         if grace < 0 {

@@ -3,7 +3,9 @@
 
 use serde_json::Value;
 
-use super::Strategy;
+use super::{Reviewers, Strategy};
+use crate::authn::UserInfo;
+use crate::authz;
 use crate::catalog::*;
 use crate::patch::strategic::Ty;
 use crate::selectors::{FieldSet, METADATA_ONLY};
@@ -50,5 +52,14 @@ impl Strategy for SelfSubjectAccessReviewStrategy {
 
     fn fields(&self) -> &'static FieldSet {
         &METADATA_ONLY
+    }
+
+    fn review(&self, reviewers: &Reviewers, asker: &UserInfo, object: &Value) -> Option<Value> {
+        Some(authz::review_self(
+            reviewers.authorizer,
+            &asker.name,
+            &asker.groups,
+            object,
+        ))
     }
 }

@@ -13,6 +13,9 @@
 
 use serde_json::Value;
 
+use crate::authn::UserInfo;
+use crate::authz::Authorizer;
+use crate::catalog::Subresource;
 use crate::patch::strategic::Ty;
 use crate::selectors::FieldSet;
 use crate::validation::{Errs, NameRule};
@@ -72,7 +75,13 @@ pub trait Strategy: Sync {
     }
     /// Carries over what an update through the main resource (or `subresource`, other than
     /// status) may not change.
-    fn prepare_for_update(&self, _new: &mut Value, _old: &Value, _subresource: Option<&str>) {}
+    fn prepare_for_update(
+        &self,
+        _new: &mut Value,
+        _old: &Value,
+        _subresource: Option<Subresource>,
+    ) {
+    }
     /// What a delete of `current` waits for besides its finalizers; `grace_period_seconds`
     /// is the one the request asked for.
     fn deletion_hold(&self, _current: &Value, _grace_period_seconds: Option<i64>) -> Option<Hold> {
@@ -92,4 +101,14 @@ pub trait Strategy: Sync {
     fn allocates_service_addresses(&self) -> bool {
         false
     }
+    /// For a kind that is answered rather than stored (access reviews): the answer to a create
+    /// of `object` by `asker`. `None` for a stored kind.
+    fn review(&self, _reviewers: &Reviewers, _asker: &UserInfo, _object: &Value) -> Option<Value> {
+        None
+    }
+}
+
+/// What answers the review kinds.
+pub struct Reviewers<'a> {
+    pub authorizer: &'a dyn Authorizer,
 }

@@ -17,7 +17,7 @@ use crate::{defaults, tables, validation};
 pub const NAMESPACES: ResourceInfo = ResourceInfo {
     verbs: NAMESPACE_VERBS,
     ..resource!("", "v1", "Namespace", "namespaces", "namespace", false, short: &["ns"], categories: NONE,
-        sub: &[status_of("", "v1", "Namespace"), Subresource { name: "finalize", kind: ("", "v1", "Namespace"), verbs: &["update"] }],
+        sub: &[status_of("", "v1", "Namespace"), SubresourceInfo { name: Subresource::Finalize, kind: GroupVersionKind { group: "", version: "v1", kind: "Namespace" }, verbs: &["update"] }],
         prefix: "/registry/namespaces", k8s::core::v1::Namespace,
         strategy: &NamespaceStrategy, printer: &tables::core::NamespaceTable)
 };
@@ -61,10 +61,10 @@ impl Strategy for NamespaceStrategy {
         object["spec"] = json!({"finalizers": finalizers});
     }
 
-    fn prepare_for_update(&self, new: &mut Value, old: &Value, subresource: Option<&str>) {
+    fn prepare_for_update(&self, new: &mut Value, old: &Value, subresource: Option<Subresource>) {
         // As upstream: `spec.finalizers` changes only through `namespaces/{name}/finalize`,
         // or a namespace could be deleted with its content left behind in storage.
-        if subresource != Some("finalize") {
+        if subresource != Some(Subresource::Finalize) {
             keep_namespace_finalizers(new, old);
         }
     }

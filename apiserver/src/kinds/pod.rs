@@ -14,7 +14,7 @@ use crate::{defaults, tables, validation};
 
 /// core/v1 Pod.
 pub const PODS: ResourceInfo = resource!("", "v1", "Pod", "pods", "pod", true, short: &["po"], categories: ALL,
-        sub: &[status_of("", "v1", "Pod"), Subresource { name: "binding", kind: ("", "v1", "Binding"), verbs: CREATE_ONLY }],
+        sub: &[status_of("", "v1", "Pod"), SubresourceInfo { name: Subresource::Binding, kind: GroupVersionKind { group: "", version: "v1", kind: "Binding" }, verbs: CREATE_ONLY }],
         prefix: "/registry/pods", k8s::core::v1::Pod,
         strategy: &PodStrategy, printer: &tables::pod::PodTable);
 

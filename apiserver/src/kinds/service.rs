@@ -49,7 +49,7 @@ impl Strategy for ServiceStrategy {
     fn fields(&self) -> &'static FieldSet {
         &SERVICE_FIELDS
     }
-    fn prepare_for_update(&self, new: &mut Value, old: &Value, _subresource: Option<&str>) {
+    fn prepare_for_update(&self, new: &mut Value, old: &Value, _subresource: Option<Subresource>) {
         keep_allocated(new, old);
     }
 

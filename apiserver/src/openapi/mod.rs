@@ -110,7 +110,7 @@ fn definitions_for(data: &Data, resources: &[&'static ResourceInfo]) -> Vec<Stri
             (info.group, info.version, info.list_kind()),
         ];
         for sub in info.subresources {
-            kinds.push((sub.kind.0, sub.kind.1, sub.kind.2.to_string()));
+            kinds.push((sub.kind.group, sub.kind.version, sub.kind.kind.to_string()));
         }
         for (group, version, kind) in kinds {
             roots.extend(

@@ -8,7 +8,7 @@
 use serde_json::{json, Map, Value};
 
 use super::schemas::{v2_ref, v3_ref, Data};
-use crate::catalog::ResourceInfo;
+use crate::catalog::{GroupVersionKind, ResourceInfo};
 
 const MEDIA: &[&str] = &[
     "application/json",
@@ -72,7 +72,7 @@ struct Op {
     description: String,
     /// The definition read and written (the kind, its list, or a subresource's kind).
     subject: String,
-    gvk: (&'static str, &'static str, &'static str),
+    gvk: GroupVersionKind,
     tag: String,
 }
 
@@ -145,7 +145,11 @@ fn items(data: &Data, info: &'static ResourceInfo) -> Vec<Item> {
         id,
         description,
         subject: subject.to_string(),
-        gvk: (group, version, kind),
+        gvk: GroupVersionKind {
+            group,
+            version,
+            kind,
+        },
         tag: tag(group, version),
     };
     let item = |path: String, name_of: Option<&'static str>, ops: Vec<Op>| Item {
@@ -217,11 +221,11 @@ fn items(data: &Data, info: &'static ResourceInfo) -> Vec<Item> {
     }
 
     for sub in info.subresources {
-        let (sub_group, sub_version, sub_kind) = sub.kind;
-        let Some(sub_def) = data.definition_of(sub_group, sub_version, sub_kind) else {
+        let Some(sub_def) = data.definition_of(sub.kind.group, sub.kind.version, sub.kind.kind)
+        else {
             continue;
         };
-        let camel = group_camel(sub.name);
+        let camel = group_camel(sub.name.as_str());
         let ops = sub
             .verbs
             .iter()
@@ -344,7 +348,11 @@ fn render_op(data: &Data, op: &Op, v3: bool) -> Value {
     }
     response_map.insert("401".into(), json!({"description": "Unauthorized"}));
 
-    let (group, version, kind) = op.gvk;
+    let GroupVersionKind {
+        group,
+        version,
+        kind,
+    } = op.gvk;
     let mut out = json!({
         "description": op.description,
         "operationId": op.id,

@@ -9,10 +9,9 @@ pub mod strategic;
 
 use serde_json::Value;
 
-use crate::catalog::ResourceInfo;
 use crate::error::{ApiError, Cause, Reason, Result};
 use crate::patch::strategic::Ty;
-use crate::registry::{object, Registry, Write, Written};
+use crate::registry::{object, Registry, Target, Write, Written};
 
 /// The patch types, by their content types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -170,17 +169,19 @@ fn apply_failed(error: apply::ApplyError) -> ApiError {
 }
 
 /// Server-side apply: onto the latest object, or creating it when missing.
-#[allow(clippy::too_many_arguments)]
 async fn server_side_apply(
     registry: &Registry,
-    info: &'static ResourceInfo,
-    namespace: Option<&str>,
-    name: &str,
-    subresource: Option<&str>,
+    target: Target<'_>,
     applied: &Value,
     write: &Write,
     force: bool,
 ) -> Result<Written> {
+    let Target {
+        resource: info,
+        namespace,
+        name,
+        subresource,
+    } = target;
     let manager = write.field_manager.clone().unwrap_or_default();
     let mut write = write.clone();
     write.managed_fields_set = true;
@@ -194,10 +195,12 @@ async fn server_side_apply(
                     info,
                     Some(&base),
                     applied,
-                    &manager,
-                    force,
-                    subresource,
-                    &object::now(),
+                    &apply::Applier {
+                        manager: &manager,
+                        force,
+                        subresource,
+                        now: &object::now(),
+                    },
                 )
             })
             .map_err(apply_failed)?;
@@ -213,8 +216,13 @@ async fn server_side_apply(
             Ok(written)
         }
         Err(error) if error.is_not_found() && subresource.is_none() => {
-            let created = apply::apply(info, None, applied, &manager, force, None, &object::now())
-                .map_err(apply_failed)?;
+            let applier = apply::Applier {
+                manager: &manager,
+                force,
+                subresource: None,
+                now: &object::now(),
+            };
+            let created = apply::apply(info, None, applied, &applier).map_err(apply_failed)?;
             let mut input = created;
             if object::name(&input).is_empty() {
                 object::set_meta(&mut input, "name", name);
@@ -236,31 +244,23 @@ async fn server_side_apply(
 }
 
 /// PATCH of an object or its `/status`.
-#[allow(clippy::too_many_arguments)]
 pub async fn patch(
     registry: &Registry,
-    info: &'static ResourceInfo,
-    namespace: Option<&str>,
-    name: &str,
-    subresource: Option<&str>,
+    target: Target<'_>,
     kind: PatchKind,
     document: &Document,
     write: &Write,
     force: bool,
 ) -> Result<Written> {
     if let (PatchKind::Apply, Document::Object(applied)) = (kind, document) {
-        return server_side_apply(
-            registry,
-            info,
-            namespace,
-            name,
-            subresource,
-            applied,
-            write,
-            force,
-        )
-        .await;
+        return server_side_apply(registry, target, applied, write, force).await;
     }
+    let Target {
+        resource: info,
+        namespace,
+        name,
+        subresource,
+    } = target;
     let mut warnings = Vec::new();
     let mut written = registry
         .update_with(info, namespace, name, subresource, write, |current| {

@@ -157,6 +157,7 @@ impl Registry {
     }
 
     /// LIST.
+    #[tracing::instrument(level = "debug", name = "registry.list", skip_all, fields(resource = info.plural, namespace))]
     pub async fn list(
         &self,
         info: &ResourceInfo,

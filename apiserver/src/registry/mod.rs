@@ -25,7 +25,7 @@ mod watch;
 pub use allocator::{Allocators, Cidr};
 pub use list::{decode_continue, ListResult};
 pub use namespaces::{bootstrap, StoredNamespaces};
-pub use store::{DeleteOptions, DeleteResult, Input, Preconditions};
+pub use store::{DeleteOptions, DeleteResult, Input, Preconditions, Propagation};
 pub use watch::{WatchEvent, WatchEventKind, WatchEvents};
 
 use std::sync::Arc;
@@ -35,7 +35,18 @@ use rudder_storage::Storage;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::catalog::{ResourceInfo, Subresource};
 use crate::request::FieldValidation;
+
+/// What a request addresses: a resource, and in it a namespace, an object and a subresource.
+#[derive(Clone, Copy, Debug)]
+pub struct Target<'a> {
+    pub resource: &'static ResourceInfo,
+    pub namespace: Option<&'a str>,
+    /// Empty for a collection.
+    pub name: &'a str,
+    pub subresource: Option<Subresource>,
+}
 
 /// Who is asking, for admission and authorization.
 #[derive(Clone, Debug, Default)]

@@ -143,9 +143,7 @@ impl NamespaceLookup for StoredNamespaces {
             .ok_or_else(|| Denied::forbidden("namespaces are not served"))?;
         match registry.read(namespaces, None, name).await {
             Ok(None) => Ok(NamespaceState::Missing),
-            Ok(Some((namespace, _))) if is_terminating(&namespace) => {
-                Ok(NamespaceState::Terminating)
-            }
+            Ok(Some(stored)) if is_terminating(&stored.object) => Ok(NamespaceState::Terminating),
             Ok(Some(_)) => Ok(NamespaceState::Active),
             Err(error) => Err(Denied {
                 code: 500,
@@ -174,7 +172,7 @@ impl rudder_admission::ObjectReader for StoredNamespaces {
         registry
             .read(info, None, name)
             .await
-            .map(|found| found.map(|(object, _)| object))
+            .map(|found| found.map(|stored| stored.object))
             .map_err(read_failed)
     }
 

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use super::keys::object_key;
 use super::object::{self, metadata_mut};
 use super::{storable, strategy, Registry, Write, Written};
-use crate::catalog::ResourceInfo;
+use crate::catalog::{ResourceInfo, Subresource};
 use crate::codec;
 use crate::error::{ApiError, Result};
 use crate::kinds::Hold;
@@ -25,12 +25,43 @@ pub struct Preconditions {
     pub resource_version: Option<String>,
 }
 
+/// An object as stored, and the revision that wrote it (the compare-and-swap guard of the
+/// write that follows).
+#[derive(Clone, Debug)]
+pub struct Stored {
+    pub object: Value,
+    pub mod_revision: i64,
+}
+
 /// The parts of `DeleteOptions` the store acts on.
 #[derive(Clone, Debug, Default)]
 pub struct DeleteOptions {
     pub grace_period_seconds: Option<i64>,
     pub preconditions: Preconditions,
-    pub propagation_policy: Option<String>,
+    pub propagation_policy: Option<Propagation>,
+}
+
+/// What happens to an object's dependents when it is deleted (`propagationPolicy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Propagation {
+    /// Dependents are left, their owner reference removed (the `orphan` finalizer).
+    Orphan,
+    /// The object goes now, the garbage collector removes dependents after.
+    Background,
+    /// The object stays until its blocking dependents are gone (`foregroundDeletion`).
+    Foreground,
+}
+
+impl Propagation {
+    /// The policy a `propagationPolicy` value names.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "Orphan" => Some(Self::Orphan),
+            "Background" => Some(Self::Background),
+            "Foreground" => Some(Self::Foreground),
+            _ => None,
+        }
+    }
 }
 
 /// The outcome of a delete.
@@ -56,17 +87,21 @@ impl Registry {
         info: &ResourceInfo,
         namespace: Option<&str>,
         name: &str,
-    ) -> Result<Option<(Value, i64)>> {
+    ) -> Result<Option<Stored>> {
         let key = object_key(info, namespace, name);
         let Some(kv) = self.storage.get(&key, 0).await? else {
             return Ok(None);
         };
         let object = object::from_stored(&kv.value, kv.mod_revision)
             .map_err(|error| ApiError::internal(format!("stored object is not JSON: {error}")))?;
-        Ok(Some((object, kv.mod_revision)))
+        Ok(Some(Stored {
+            object,
+            mod_revision: kv.mod_revision,
+        }))
     }
 
     /// GET of one object.
+    #[tracing::instrument(level = "debug", name = "registry.get", skip_all, fields(resource = info.plural, namespace, name))]
     pub async fn get(
         &self,
         info: &ResourceInfo,
@@ -74,12 +109,13 @@ impl Registry {
         name: &str,
     ) -> Result<Value> {
         match self.read(info, namespace, name).await? {
-            Some((object, _)) => Ok(object),
+            Some(stored) => Ok(stored.object),
             None => Err(ApiError::not_found(info, name)),
         }
     }
 
     /// POST: creates an object (a generated name is retried on collision).
+    #[tracing::instrument(level = "debug", name = "registry.create", skip_all, fields(resource = info.plural, namespace))]
     pub async fn create(
         &self,
         info: &ResourceInfo,
@@ -175,12 +211,13 @@ impl Registry {
     }
 
     /// PUT of an object or its `/status`.
+    #[tracing::instrument(level = "debug", name = "registry.update", skip_all, fields(resource = info.plural, namespace, name))]
     pub async fn update(
         &self,
         info: &ResourceInfo,
         namespace: Option<&str>,
         name: &str,
-        subresource: Option<&str>,
+        subresource: Option<Subresource>,
         input: Input,
         write: &Write,
     ) -> Result<Written> {
@@ -205,7 +242,7 @@ impl Registry {
         info: &ResourceInfo,
         namespace: Option<&str>,
         name: &str,
-        subresource: Option<&str>,
+        subresource: Option<Subresource>,
         write: &Write,
         mut change: F,
     ) -> Result<Written>
@@ -213,7 +250,11 @@ impl Registry {
         F: FnMut(&Value) -> Result<Value> + Send,
     {
         for _attempt in 0..MAX_CONFLICT_RETRIES {
-            let Some((current, revision)) = self.read(info, namespace, name).await? else {
+            let Some(Stored {
+                object: current,
+                mod_revision: revision,
+            }) = self.read(info, namespace, name).await?
+            else {
                 return Err(ApiError::not_found(info, name));
             };
             let mut object = change(&current)?;
@@ -252,7 +293,8 @@ impl Registry {
                     Some(&unchanged),
                     &mut object,
                     write.manager(),
-                    subresource.filter(|sub| *sub == "status" || *sub == "scale"),
+                    subresource
+                        .filter(|sub| matches!(sub, Subresource::Status | Subresource::Scale)),
                     &object::now(),
                 );
             }
@@ -308,6 +350,7 @@ impl Registry {
     }
 
     /// DELETE of one object.
+    #[tracing::instrument(level = "debug", name = "registry.delete", skip_all, fields(resource = info.plural, namespace, name))]
     pub async fn delete(
         &self,
         info: &ResourceInfo,
@@ -317,7 +360,11 @@ impl Registry {
         write: &Write,
     ) -> Result<DeleteResult> {
         for _attempt in 0..MAX_CONFLICT_RETRIES {
-            let Some((current, revision)) = self.read(info, namespace, name).await? else {
+            let Some(Stored {
+                object: current,
+                mod_revision: revision,
+            }) = self.read(info, namespace, name).await?
+            else {
                 return Err(ApiError::not_found(info, name));
             };
             check_preconditions(info, name, &current, revision, &options.preconditions)?;
@@ -381,6 +428,7 @@ impl Registry {
     }
 
     /// DELETE of a collection: every object the selectors match, each deleted as above.
+    #[tracing::instrument(level = "debug", name = "registry.delete_collection", skip_all, fields(resource = info.plural, namespace))]
     pub async fn delete_collection(
         &self,
         info: &ResourceInfo,
@@ -434,7 +482,7 @@ impl Registry {
 fn attributes(
     info: &ResourceInfo,
     operation: Operation,
-    subresource: Option<&str>,
+    subresource: Option<Subresource>,
     write: &Write,
     object: &Value,
 ) -> Attributes {
@@ -445,7 +493,7 @@ fn attributes(
         version: info.version.to_string(),
         kind: info.kind.to_string(),
         resource: info.plural.to_string(),
-        subresource: subresource.map(str::to_string),
+        subresource: subresource.map(|sub| sub.as_str().to_string()),
         namespace,
         name: object::name(object).to_string(),
         user: write.caller.user.clone(),
@@ -604,11 +652,11 @@ fn pending_deletion(
 ) -> Option<Value> {
     let mut marked = current.clone();
     let mut finalizers = object::finalizers(current);
-    match options.propagation_policy.as_deref() {
-        Some("Orphan") if !finalizers.iter().any(|f| f == "orphan") => {
+    match options.propagation_policy {
+        Some(Propagation::Orphan) if !finalizers.iter().any(|f| f == "orphan") => {
             finalizers.push("orphan".into())
         }
-        Some("Foreground") if !finalizers.iter().any(|f| f == "foregroundDeletion") => {
+        Some(Propagation::Foreground) if !finalizers.iter().any(|f| f == "foregroundDeletion") => {
             finalizers.push("foregroundDeletion".into())
         }
         _ => {}
@@ -718,7 +766,7 @@ mod tests {
             pending_deletion(configmaps, &held, &DeleteOptions::default()).expect("marked");
         assert!(object::is_deleting(&marked));
         let orphan = DeleteOptions {
-            propagation_policy: Some("Orphan".into()),
+            propagation_policy: Some(Propagation::Orphan),
             ..DeleteOptions::default()
         };
         let marked = pending_deletion(configmaps, &plain, &orphan).expect("orphan finalizer");

@@ -5,13 +5,13 @@
 use serde_json::Value;
 
 use super::object::{self, metadata_mut};
-use crate::catalog::ResourceInfo;
+use crate::catalog::{ResourceInfo, Subresource};
 use crate::error::{ApiError, Cause, Result};
 use crate::validation;
 
 /// Whether the main resource ignores status changes (it has a `/status` subresource).
 fn has_status_subresource(info: &ResourceInfo) -> bool {
-    info.subresource("status").is_some()
+    info.subresource(Subresource::Status).is_some()
 }
 
 /// Resets what a client may not set on create.
@@ -44,11 +44,11 @@ pub(super) fn prepare_for_create(info: &ResourceInfo, object: &mut Value) {
 /// Carries over what an update may not change and moves the generation.
 pub(super) fn prepare_for_update(
     info: &ResourceInfo,
-    subresource: Option<&str>,
+    subresource: Option<Subresource>,
     new: &mut Value,
     old: &Value,
 ) {
-    if subresource == Some("status") {
+    if subresource == Some(Subresource::Status) {
         // Through /status only the status changes (and labels/annotations stay as stored).
         let status = new.get("status").cloned();
         let mut merged = old.clone();
@@ -110,11 +110,11 @@ pub(super) fn default(info: &ResourceInfo, object: &mut Value) {
 /// rule (the pod is not yet bound) is all that applies.
 pub(super) fn validate(
     info: &ResourceInfo,
-    subresource: Option<&str>,
+    subresource: Option<Subresource>,
     object: &Value,
     old: Option<&Value>,
 ) -> Result<()> {
-    if subresource == Some("binding") {
+    if subresource == Some(Subresource::Binding) {
         return Ok(());
     }
     let errors = validation::validate(info, object, old);
@@ -185,7 +185,12 @@ mod tests {
         prepare_for_update(namespaces, None, &mut dropped, &old);
         assert_eq!(dropped["spec"]["finalizers"], json!(["kubernetes"]));
         let mut finalized = json!({"metadata": {"name": "n"}, "spec": {"finalizers": []}, "status": {"phase": "Gone"}});
-        prepare_for_update(namespaces, Some("finalize"), &mut finalized, &old);
+        prepare_for_update(
+            namespaces,
+            Some(Subresource::Finalize),
+            &mut finalized,
+            &old,
+        );
         assert_eq!(finalized["spec"]["finalizers"], json!([]));
         assert_eq!(finalized["status"]["phase"], "Active");
     }
@@ -200,7 +205,12 @@ mod tests {
         assert_eq!(through_main["status"]["replicas"], 1);
         let mut through_status =
             json!({"metadata": {"name": "d"}, "spec": {"replicas": 5}, "status": {"replicas": 2}});
-        prepare_for_update(deployments, Some("status"), &mut through_status, &old);
+        prepare_for_update(
+            deployments,
+            Some(Subresource::Status),
+            &mut through_status,
+            &old,
+        );
         assert_eq!(through_status["spec"]["replicas"], 1);
         assert_eq!(through_status["status"]["replicas"], 2);
     }

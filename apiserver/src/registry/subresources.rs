@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use super::object;
 use super::{Registry, Write, Written};
-use crate::catalog::ResourceInfo;
+use crate::catalog::{ResourceInfo, Subresource};
 use crate::error::{ApiError, Cause, Result};
 use crate::selectors::LabelSelector;
 
@@ -172,40 +172,54 @@ impl Registry {
                 }],
             ));
         }
-        self.update_with(pods, namespace, name, Some("binding"), write, |current| {
-            if object::is_deleting(current) {
-                return Err(ApiError::conflict(
-                    pods,
-                    name,
-                    "pod is being deleted, cannot be assigned to a host",
-                ));
-            }
-            let assigned = current["spec"]["nodeName"].as_str().unwrap_or("");
-            if !assigned.is_empty() {
-                return Err(ApiError::conflict(
-                    pods,
-                    name,
-                    &format!("pod {name} is already assigned to node \"{assigned}\""),
-                ));
-            }
-            let mut next = current.clone();
-            next["spec"]["nodeName"] = target.clone().into();
-            Ok(next)
-        })
+        self.update_with(
+            pods,
+            namespace,
+            name,
+            Some(Subresource::Binding),
+            write,
+            |current| {
+                if object::is_deleting(current) {
+                    return Err(ApiError::conflict(
+                        pods,
+                        name,
+                        "pod is being deleted, cannot be assigned to a host",
+                    ));
+                }
+                let assigned = current["spec"]["nodeName"].as_str().unwrap_or("");
+                if !assigned.is_empty() {
+                    return Err(ApiError::conflict(
+                        pods,
+                        name,
+                        &format!("pod {name} is already assigned to node \"{assigned}\""),
+                    ));
+                }
+                let mut next = current.clone();
+                next["spec"]["nodeName"] = target.clone().into();
+                Ok(next)
+            },
+        )
         .await?;
         // The PodScheduled condition is status, which the main resource does not write.
-        self.update_with(pods, namespace, name, Some("status"), write, |current| {
-            let mut next = current.clone();
-            let mut conditions: Vec<Value> = current["status"]["conditions"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            conditions.retain(|condition| condition["type"] != "PodScheduled");
-            conditions.push(json!({"type": "PodScheduled", "status": "True",
+        self.update_with(
+            pods,
+            namespace,
+            name,
+            Some(Subresource::Status),
+            write,
+            |current| {
+                let mut next = current.clone();
+                let mut conditions: Vec<Value> = current["status"]["conditions"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                conditions.retain(|condition| condition["type"] != "PodScheduled");
+                conditions.push(json!({"type": "PodScheduled", "status": "True",
                 "lastProbeTime": null, "lastTransitionTime": object::now()}));
-            next["status"]["conditions"] = Value::Array(conditions);
-            Ok(next)
-        })
+                next["status"]["conditions"] = Value::Array(conditions);
+                Ok(next)
+            },
+        )
         .await?;
         Ok(())
     }

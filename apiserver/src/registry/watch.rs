@@ -187,6 +187,7 @@ impl Registry {
     /// passes, the store fails, or the watch is closed for falling behind. What the watcher
     /// holds for its client is bounded by [`WATCHER_BUDGET_BYTES`], and a replay of the
     /// current state is read page by page as the client takes it.
+    #[tracing::instrument(level = "debug", name = "registry.watch", skip_all, fields(resource = info.plural, namespace))]
     pub async fn watch(
         &self,
         info: &'static ResourceInfo,

@@ -383,7 +383,11 @@ impl Storage for SqlStore {
     }
 
     async fn lease_time_to_live(&self, id: LeaseId, keys: bool) -> Result<LeaseInfo> {
-        let Some((granted_ttl, remaining_ms)) = self.reader.lease(id).await? else {
+        let Some(reader::LeaseRow {
+            ttl: granted_ttl,
+            remaining_ms,
+        }) = self.reader.lease(id).await?
+        else {
             return Err(Error::LeaseNotFound(id));
         };
         if remaining_ms <= 0 {

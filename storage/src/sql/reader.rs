@@ -75,12 +75,21 @@ pub(crate) async fn read_meta(conn: &mut AnyConnection, sql: &'static str) -> Re
     })
 }
 
-/// `(ttl, milliseconds left by the database's clock)` of a lease, on `conn`.
+/// A lease as its row says, timed by the database's clock.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LeaseRow {
+    /// The TTL granted, in seconds.
+    pub ttl: i64,
+    /// Milliseconds until it expires (zero or less: expired).
+    pub remaining_ms: i64,
+}
+
+/// A lease's row, on `conn`.
 pub(crate) async fn read_lease(
     conn: &mut AnyConnection,
     dialect: &Dialect,
     id: LeaseId,
-) -> Result<Option<(i64, i64)>> {
+) -> Result<Option<LeaseRow>> {
     let row = sqlx::query(dialect.read_lease)
         .bind(id)
         .fetch_optional(&mut *conn)
@@ -88,10 +97,10 @@ pub(crate) async fn read_lease(
         .map_err(translate)?;
     match row {
         None => Ok(None),
-        Some(row) => Ok(Some((
-            row.try_get(0).map_err(translate)?,
-            row.try_get(1).map_err(translate)?,
-        ))),
+        Some(row) => Ok(Some(LeaseRow {
+            ttl: row.try_get(0).map_err(translate)?,
+            remaining_ms: row.try_get(1).map_err(translate)?,
+        })),
     }
 }
 
@@ -454,8 +463,8 @@ impl Reader {
         row.try_get(0).map_err(translate)
     }
 
-    /// `(ttl, milliseconds left)` of a lease, by the database's clock.
-    pub async fn lease(&self, id: LeaseId) -> Result<Option<(i64, i64)>> {
+    /// A lease's row, by the database's clock.
+    pub async fn lease(&self, id: LeaseId) -> Result<Option<LeaseRow>> {
         let mut conn = self.conn().await?;
         read_lease(&mut conn, self.dialect, id).await
     }

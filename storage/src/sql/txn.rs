@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use sqlx::{AnyConnection, Row};
 
 use super::dialect::{insert_rows, latest_rows, link_rows, Dialect};
-use super::reader::{range_at, read_lease, LatestRow};
+use super::reader::{range_at, read_lease, LatestRow, LeaseRow};
 use super::translate;
 use crate::error::{Error, Result};
 use crate::types::*;
@@ -206,11 +206,11 @@ impl<'c> Batch<'c> {
         Ok(self
             .lease(lease)
             .await?
-            .is_some_and(|(_, remaining_ms)| remaining_ms > 0))
+            .is_some_and(|lease| lease.remaining_ms > 0))
     }
 
-    /// `(ttl, milliseconds left)` of a lease, by the database's clock.
-    pub async fn lease(&mut self, id: LeaseId) -> Result<Option<(i64, i64)>> {
+    /// A lease's row, by the database's clock.
+    pub async fn lease(&mut self, id: LeaseId) -> Result<Option<LeaseRow>> {
         read_lease(self.conn, self.dialect, id).await
     }
 

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::dialect::finish_write;
 use super::dialect::Dialect;
-use super::reader::Meta;
+use super::reader::{LeaseRow, Meta};
 use super::translate;
 use super::txn::{keys_of, may_fail_midway, Batch};
 use crate::error::{Error, Result};
@@ -174,14 +174,14 @@ impl Writer {
             "write batch"
         );
         match result {
-            Ok((wrote, compaction)) => {
+            Ok(applied) => {
                 for (job, outcome) in batch.into_iter().zip(outcomes) {
                     reply(job, outcome);
                 }
-                if wrote {
+                if applied.wrote {
                     self.committed.notify_one();
                 }
-                compaction
+                applied.compaction
             }
             Err(error) => {
                 let _ = conn.execute("ROLLBACK").await;
@@ -198,7 +198,7 @@ impl Writer {
         conn: &mut AnyConnection,
         batch: &[Job],
         outcomes: &mut Vec<Result<Outcome>>,
-    ) -> Result<(bool, Option<Revision>)> {
+    ) -> Result<Applied> {
         // No bind arguments: the simple protocol, which takes several statements at once.
         let locked = conn
             .fetch_all(self.dialect.begin_and_lock)
@@ -237,7 +237,10 @@ impl Writer {
                     .map_err(translate)?;
             }
             match self.apply_job(&mut state, job, protected).await {
-                Ok((outcome, started)) => {
+                Ok(JobDone {
+                    outcome,
+                    compaction: started,
+                }) => {
                     if protected {
                         state.flush().await?;
                         state
@@ -282,7 +285,7 @@ impl Writer {
             &self.channel,
         );
         conn.execute(finish.as_str()).await.map_err(translate)?;
-        Ok((wrote, compaction))
+        Ok(Applied { wrote, compaction })
     }
 
     async fn apply_job(
@@ -290,7 +293,7 @@ impl Writer {
         state: &mut Batch<'_>,
         job: &Job,
         protected: bool,
-    ) -> Result<(Outcome, Option<Revision>)> {
+    ) -> Result<JobDone> {
         let outcome = match job {
             Job::Txn { request, .. } => Outcome::Txn(state.txn(request, protected).await?),
             Job::LeaseGrant { id, ttl, .. } => {
@@ -312,7 +315,7 @@ impl Writer {
                 Outcome::Lease(Lease { id, ttl: *ttl })
             }
             Job::LeaseKeepAlive { id, .. } => {
-                let Some((ttl, remaining_ms)) = state.lease(*id).await? else {
+                let Some(LeaseRow { ttl, remaining_ms }) = state.lease(*id).await? else {
                     return Err(Error::LeaseNotFound(*id));
                 };
                 if remaining_ms <= 0 {
@@ -328,11 +331,11 @@ impl Writer {
             Job::LeaseRevoke {
                 id, expired_only, ..
             } => {
-                let Some((_, remaining_ms)) = state.lease(*id).await? else {
+                let Some(lease) = state.lease(*id).await? else {
                     return Err(Error::LeaseNotFound(*id));
                 };
-                if *expired_only && remaining_ms > 0 {
-                    return Ok((Outcome::Done, None));
+                if *expired_only && lease.remaining_ms > 0 {
+                    return Ok(JobDone::of(Outcome::Done));
                 }
                 state.revoke_keys(*id).await?;
                 sqlx::query(self.dialect.delete_lease)
@@ -359,10 +362,13 @@ impl Writer {
                     });
                 }
                 state.compact_revision = target;
-                return Ok((Outcome::Done, Some(target)));
+                return Ok(JobDone {
+                    outcome: Outcome::Done,
+                    compaction: Some(target),
+                });
             }
         };
-        Ok((outcome, None))
+        Ok(JobDone::of(outcome))
     }
 
     /// Removes one step's worth of rows compaction to `purge.target` made obsolete: rows
@@ -394,6 +400,29 @@ impl Writer {
             }
         }
         Ok(None)
+    }
+}
+
+/// What a committed batch did.
+struct Applied {
+    /// Whether it wrote a revision (watchers are woken).
+    wrote: bool,
+    /// The target of a compaction it committed, whose rows are purged next.
+    compaction: Option<Revision>,
+}
+
+/// One job's answer, and the compaction it committed, if it was one.
+struct JobDone {
+    outcome: Outcome,
+    compaction: Option<Revision>,
+}
+
+impl JobDone {
+    fn of(outcome: Outcome) -> Self {
+        Self {
+            outcome,
+            compaction: None,
+        }
     }
 }
 

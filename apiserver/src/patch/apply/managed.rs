@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
+use crate::catalog::Subresource;
+
 use super::fieldset::{Element, FieldSet};
 use super::walk::Comparison;
 
@@ -27,7 +29,7 @@ pub(super) struct ManagerId {
 }
 
 impl ManagerId {
-    pub fn update(manager: &str, api_version: &str, subresource: Option<&str>) -> Self {
+    pub fn update(manager: &str, api_version: &str, subresource: Option<Subresource>) -> Self {
         ManagerId {
             manager: if manager.is_empty() {
                 "unknown"
@@ -37,11 +39,14 @@ impl ManagerId {
             .to_string(),
             apply: false,
             api_version: api_version.to_string(),
-            subresource: subresource.unwrap_or("").to_string(),
+            subresource: subresource
+                .map(Subresource::as_str)
+                .unwrap_or("")
+                .to_string(),
         }
     }
 
-    pub fn apply(manager: &str, subresource: Option<&str>) -> Self {
+    pub fn apply(manager: &str, subresource: Option<Subresource>) -> Self {
         ManagerId {
             apply: true,
             api_version: String::new(),

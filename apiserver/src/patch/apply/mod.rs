@@ -27,7 +27,7 @@ mod tests_update;
 
 use serde_json::{Map, Value};
 
-use crate::catalog::ResourceInfo;
+use crate::catalog::{ResourceInfo, Subresource};
 
 pub use self::fieldset::{path_string, Element, FieldSet};
 use self::managed::{Entry, ManagerId, Managers, Owned};
@@ -117,14 +117,14 @@ const SERVER_METADATA: &[&str] = &[
 ];
 
 impl Scope {
-    fn new(info: &ResourceInfo, subresource: Option<&str>) -> Self {
-        let has_status = info.subresource("status").is_some();
+    fn new(info: &ResourceInfo, subresource: Option<Subresource>) -> Self {
+        let has_status = info.subresource(Subresource::Status).is_some();
         Scope {
             types: Types {
                 schema: info.strategy.merge_schema(),
             },
             without_status: has_status && subresource.is_none(),
-            status_only: subresource == Some("status"),
+            status_only: subresource == Some(Subresource::Status),
         }
     }
 
@@ -196,7 +196,7 @@ pub fn track_update(
     old: Option<&Value>,
     new: &mut Value,
     manager: &str,
-    subresource: Option<&str>,
+    subresource: Option<Subresource>,
     now: &str,
 ) {
     let scope = Scope::new(info, subresource);
@@ -230,19 +230,34 @@ pub fn track_update(
     set_managed_fields(new, managed::encode(&managers));
 }
 
-/// Server-side apply of `applied` (the user's partial object) by `manager` onto `current`
+/// Who applies, how, and when.
+#[derive(Clone, Copy, Debug)]
+pub struct Applier<'a> {
+    /// The field manager.
+    pub manager: &'a str,
+    /// Take over fields other managers own instead of failing with a conflict.
+    pub force: bool,
+    /// The main resource or its status.
+    pub subresource: Option<Subresource>,
+    /// The time the managedFields entry records.
+    pub now: &'a str,
+}
+
+/// Server-side apply of `applied` (the user's partial object) by `applier` onto `current`
 /// (`None`: the object is created). Returns the new object with its managedFields; when
 /// nothing changes, `current` itself (managedFields included, unless ownership moved).
-#[allow(clippy::too_many_arguments)]
 pub fn apply(
     info: &ResourceInfo,
     current: Option<&Value>,
     applied: &Value,
-    manager: &str,
-    force: bool,
-    subresource: Option<&str>,
-    now: &str,
+    applier: &Applier,
 ) -> Result<Value, ApplyError> {
+    let Applier {
+        manager,
+        force,
+        subresource,
+        now,
+    } = *applier;
     let api_version = &info.api_version();
     check_applied(info.kind, api_version, applied)?;
     let scope = Scope::new(info, subresource);
@@ -259,19 +274,15 @@ pub fn apply(
         let placeholder = ManagerId::update("before-first-apply", api_version, subresource);
         managed::record_update(&mut managers, &placeholder, &comparison, now);
     }
-    let applier = ManagerId::apply(manager, subresource);
-    let run = |managers: &Managers, force: bool| {
-        apply_once(
-            scope,
-            &live,
-            applied,
-            managers,
-            &applier,
-            api_version,
-            force,
-            now,
-        )
+    let attempt = Attempt {
+        scope,
+        live: &live,
+        applied,
+        applier: ManagerId::apply(manager, subresource),
+        api_version,
+        now,
     };
+    let run = |managers: &Managers, force: bool| attempt.run(managers, force);
     let (mut object, managers) = match run(&managers, force) {
         Ok(done) => done,
         Err(Failed::Invalid(message)) => return Err(ApplyError::Invalid(message)),
@@ -345,48 +356,59 @@ enum Failed {
     Conflicts(Vec<Owned>),
 }
 
-/// One apply: merge, prune, then settle ownership against the live object.
-#[allow(clippy::too_many_arguments)]
-fn apply_once(
+/// What one apply works on; [`Attempt::run`] may run twice (the second time forced).
+struct Attempt<'a> {
     scope: Scope,
-    live: &Value,
-    applied: &Value,
-    managers: &Managers,
-    applier: &ManagerId,
-    api_version: &str,
-    force: bool,
-    now: &str,
-) -> Result<(Value, Managers), Failed> {
-    let types = scope.types;
-    let whole = field_set(types, applied, true).map_err(Failed::Invalid)?;
-    let set = field_set(types, &scope.tracked(applied), true).map_err(Failed::Invalid)?;
-    let merged = merge::merge(types, live, applied);
-    let mut managers = managers.clone();
-    let previous = managers.remove(applier);
-    let last = previous.as_ref().map(|e| e.set.clone()).unwrap_or_default();
-    managers.insert(
-        applier.clone(),
-        Entry {
-            set,
-            api_version: api_version.to_string(),
-            time: previous.and_then(|e| e.time),
-        },
-    );
-    // The whole configuration (name included) counts as managed, so pruning never takes
-    // what it names.
-    let managed = managers
-        .values()
-        .fold(whole, |all, entry| all.union(&entry.set));
-    let object = merge::prune(types, &merged, &last, &managed);
-    let comparison = compare(types, &scope.tracked(live), &scope.tracked(&object));
-    managed::settle(&mut managers, Some(applier), &comparison, force).map_err(Failed::Conflicts)?;
-    if object == *live {
-        return Ok((live.clone(), managers));
+    live: &'a Value,
+    applied: &'a Value,
+    applier: ManagerId,
+    api_version: &'a str,
+    now: &'a str,
+}
+
+impl Attempt<'_> {
+    /// One apply: merge, prune, then settle ownership against the live object.
+    fn run(&self, managers: &Managers, force: bool) -> Result<(Value, Managers), Failed> {
+        let Attempt {
+            scope,
+            live,
+            applied,
+            ref applier,
+            api_version,
+            now,
+        } = *self;
+        let types = scope.types;
+        let whole = field_set(types, applied, true).map_err(Failed::Invalid)?;
+        let set = field_set(types, &scope.tracked(applied), true).map_err(Failed::Invalid)?;
+        let merged = merge::merge(types, live, applied);
+        let mut managers = managers.clone();
+        let previous = managers.remove(applier);
+        let last = previous.as_ref().map(|e| e.set.clone()).unwrap_or_default();
+        managers.insert(
+            applier.clone(),
+            Entry {
+                set,
+                api_version: api_version.to_string(),
+                time: previous.and_then(|e| e.time),
+            },
+        );
+        // The whole configuration (name included) counts as managed, so pruning never takes
+        // what it names.
+        let managed = managers
+            .values()
+            .fold(whole, |all, entry| all.union(&entry.set));
+        let object = merge::prune(types, &merged, &last, &managed);
+        let comparison = compare(types, &scope.tracked(live), &scope.tracked(&object));
+        managed::settle(&mut managers, Some(applier), &comparison, force)
+            .map_err(Failed::Conflicts)?;
+        if object == *live {
+            return Ok((live.clone(), managers));
+        }
+        if let Some(entry) = managers.get_mut(applier) {
+            entry.time = Some(now.to_string());
+        }
+        Ok((object, managers))
     }
-    if let Some(entry) = managers.get_mut(applier) {
-        entry.time = Some(now.to_string());
-    }
-    Ok((object, managers))
 }
 
 fn describe(conflicts: &[Owned]) -> Vec<Conflict> {

@@ -55,7 +55,13 @@ pub(super) fn deploy_apply(
     force: bool,
     now: &str,
 ) -> Result<Value, ApplyError> {
-    apply(deployments(), current, config, manager, force, None, now)
+    let applier = Applier {
+        manager,
+        force,
+        subresource: None,
+        now,
+    };
+    apply(deployments(), current, config, &applier)
 }
 
 /// The catalog entry of apps/v1 Deployments.

@@ -5,7 +5,13 @@ use serde_json::{json, Value};
 use super::tests::{deployments, entry_of, fields_of, owns, run, web, Step::Update, TIMES};
 use super::*;
 
-fn track(old: Option<&Value>, new: &Value, manager: &str, sub: Option<&str>, now: &str) -> Value {
+fn track(
+    old: Option<&Value>,
+    new: &Value,
+    manager: &str,
+    sub: Option<Subresource>,
+    now: &str,
+) -> Value {
     let mut new = new.clone();
     track_update(deployments(), old, &mut new, manager, sub, now);
     new
@@ -102,7 +108,7 @@ fn client_managed_fields_are_taken_reset_or_ignored() {
     let created = run(vec![Update("a", web(json!({"replicas": 1})))]).expect("creates");
     let given = json!([{"manager": "x", "operation": "Apply", "apiVersion": "apps/v1",
                         "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}}]);
-    type Case = (&'static str, Value, Option<&'static str>, Value);
+    type Case = (&'static str, Value, Option<Subresource>, Value);
     let cases: Vec<Case> = vec![
         (
             "valid ones are taken as given",
@@ -122,7 +128,7 @@ fn client_managed_fields_are_taken_reset_or_ignored() {
         (
             "a subresource write ignores them",
             given,
-            Some("scale"),
+            Some(Subresource::Scale),
             created["metadata"]["managedFields"].clone(),
         ),
     ];
@@ -152,7 +158,7 @@ fn status_writes_own_status_and_main_writes_do_not() {
         Some(&created),
         &body,
         "controller",
-        Some("status"),
+        Some(Subresource::Status),
         TIMES[1],
     );
     let entry = entry_of(&status, "controller", "Update").expect("an entry");
