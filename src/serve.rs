@@ -78,6 +78,10 @@ pub struct ServerArgs {
     /// Run no controllers in this process (another process runs them, or none does).
     #[arg(long)]
     disable_controller_manager: bool,
+    /// Authorizers after `system:masters`, in order: `RBAC` (the default) or `AlwaysAllow`
+    /// (everyone authenticated may do anything).
+    #[arg(long, default_value = "RBAC")]
+    authorization_mode: String,
 }
 
 #[derive(clap::Args)]
@@ -126,6 +130,8 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
     } else {
         Some(rudder_controllers::Selection::parse(&args.controllers)?)
     };
+    let authorization_modes = rudder_apiserver::authz::Mode::parse_list(&args.authorization_mode)
+        .map_err(|error| anyhow::anyhow!("--authorization-mode: {error}"))?;
     let (url, store) = open_store(args.storage, &args.data_dir).await?;
     let config = rudder_apiserver::Config {
         data_dir: args.data_dir,
@@ -141,6 +147,7 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
             max_connections: args.max_connections,
             ..rudder_apiserver::Limits::default()
         },
+        authorization_modes,
     };
     let running =
         match rudder_apiserver::server::start(config, store.clone(), shutdown.clone()).await {

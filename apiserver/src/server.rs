@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::authn::{Authenticator, AuthnError, TokenFile};
-use crate::authz::AlwaysAllow;
+use crate::authz::{self, Authorizer};
 use crate::error::ApiError;
 use crate::http::{router, AppState, Metrics};
 use crate::limits::Limits;
@@ -40,6 +40,8 @@ pub struct Config {
     pub service_node_port_range: RangeInclusive<u16>,
     /// Request and connection limits (upstream's defaults).
     pub limits: Limits,
+    /// The authorizers after `system:masters`, in order (`--authorization-mode`).
+    pub authorization_modes: Vec<authz::Mode>,
 }
 
 /// Upstream's default Service ClusterIP range.
@@ -62,6 +64,7 @@ impl Config {
             service_cluster_ip_range: DEFAULT_SERVICE_CLUSTER_IP_RANGE,
             service_node_port_range: DEFAULT_SERVICE_NODE_PORT_RANGE,
             limits: Limits::default(),
+            authorization_modes: vec![authz::Mode::Rbac],
         }
     }
 }
@@ -85,6 +88,8 @@ pub enum StartError {
     },
     #[error("bootstrapping the cluster: {0}")]
     Bootstrap(#[source] ApiError),
+    #[error("reading the RBAC policy: {0}")]
+    Policy(#[source] rudder_storage::Error),
     #[error("writing the admin kubeconfig: {0}")]
     Kubeconfig(#[source] PkiError),
 }
@@ -193,6 +198,32 @@ fn connection_cap(configured: usize, open_files: Option<u64>) -> usize {
     configured.min(allowed).max(1)
 }
 
+/// `system:masters`, then the modes asked for; RBAC's policy is read before the server answers.
+async fn authorizer(
+    modes: &[authz::Mode],
+    registry: &Registry,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> Result<Arc<dyn Authorizer>, StartError> {
+    let mut chain: Vec<Arc<dyn Authorizer>> = vec![Arc::new(authz::Superusers)];
+    for mode in modes {
+        match mode {
+            authz::Mode::AlwaysAllow => chain.push(Arc::new(authz::AlwaysAllow)),
+            authz::Mode::Rbac => {
+                let policy = authz::rbac::PolicyCache::start(
+                    registry.storage().clone(),
+                    tasks,
+                    shutdown.clone(),
+                )
+                .await
+                .map_err(StartError::Policy)?;
+                chain.push(Arc::new(authz::rbac::Rbac::new(policy)));
+            }
+        }
+    }
+    Ok(Arc::new(authz::Chain::new(chain)))
+}
+
 /// Starts an apiserver on `storage`, serving until `shutdown` is cancelled.
 pub async fn start(
     config: Config,
@@ -246,17 +277,18 @@ pub async fn start(
     let registry = unadmitted.with_admission(Arc::new(admission));
 
     let advertise = advertise_ip(&addr);
+    registry::bootstrap(&registry, addr.port(), &advertise.to_string())
+        .await
+        .map_err(StartError::Bootstrap)?;
+    let authorizer = authorizer(&config.authorization_modes, &registry, &tasks, &shutdown).await?;
     let state = AppState::new(
         registry.clone(),
         Authenticator::new(tokens),
-        Arc::new(AlwaysAllow),
+        authorizer,
         SocketAddr::new(advertise, addr.port()).to_string(),
         &limits,
         metrics,
     );
-    registry::bootstrap(&registry, addr.port(), &advertise.to_string())
-        .await
-        .map_err(StartError::Bootstrap)?;
     state.mark_bootstrapped();
 
     let host = if addr.ip().is_unspecified() {

@@ -46,6 +46,32 @@ pub async fn bootstrap(registry: &Registry, apiserver_port: u16, advertise: &str
             }
         }
     }
+    let roles =
+        catalog::find("rbac.authorization.k8s.io", "v1", "clusterroles").ok_or_else(missing)?;
+    let bindings = catalog::find("rbac.authorization.k8s.io", "v1", "clusterrolebindings")
+        .ok_or_else(missing)?;
+    let defaults = crate::authz::rbac::defaults::cluster_roles()
+        .into_iter()
+        .map(|role| (roles, role))
+        .chain(
+            crate::authz::rbac::defaults::cluster_role_bindings()
+                .into_iter()
+                .map(|binding| (bindings, binding)),
+        );
+    for (info, object) in defaults {
+        let name = object::name(&object).to_string();
+        if registry.read(info, None, &name).await?.is_none() {
+            let input = Input {
+                object,
+                duplicate_fields: Vec::new(),
+            };
+            match registry.create(info, None, input, &write).await {
+                Ok(_) => tracing::debug!(kind = info.kind, name, "created a default RBAC object"),
+                Err(error) if error.is_already_exists() => {}
+                Err(error) => return Err(error),
+            }
+        }
+    }
     let services = catalog::find("", "v1", "services").ok_or_else(missing)?;
     if registry
         .read(services, Some("default"), "kubernetes")

@@ -1,6 +1,11 @@
-//! Authorization: the trait every authorizer implements (RBAC comes in a later issue) and
-//! the allow-all authorizer used until then. SelfSubjectAccessReviews are answered by the
-//! same authorizer the request path uses.
+//! Authorization: the trait every authorizer implements, the chain `--authorization-mode`
+//! builds (upstream's order: `system:masters` first, then each mode; the first to allow or
+//! deny decides, silence everywhere is a denial), RBAC (rbac/) and `AlwaysAllow` (only when
+//! asked for). SelfSubjectAccessReviews are answered by the same chain the request path uses.
+
+pub mod rbac;
+
+use std::sync::Arc;
 
 use serde_json::{json, Value};
 
@@ -39,7 +44,93 @@ pub trait Authorizer: Send + Sync {
     fn authorize(&self, attributes: &Attributes) -> Decision;
 }
 
-/// Allows everything (the default until RBAC lands).
+/// The authorizers `--authorization-mode` names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Rbac,
+    AlwaysAllow,
+}
+
+impl Mode {
+    /// Parses `--authorization-mode`'s comma-separated list (`RBAC`, `AlwaysAllow`).
+    pub fn parse_list(text: &str) -> Result<Vec<Mode>, String> {
+        let mut modes = Vec::new();
+        for name in text
+            .split(',')
+            .map(str::trim)
+            .filter(|name| !name.is_empty())
+        {
+            let mode = match name {
+                "RBAC" => Mode::Rbac,
+                "AlwaysAllow" => Mode::AlwaysAllow,
+                "Node" | "Webhook" | "ABAC" | "AlwaysDeny" => {
+                    return Err(format!("authorization mode {name:?} is not supported yet"))
+                }
+                other => {
+                    return Err(format!(
+                        "unknown authorization mode {other:?}: use RBAC or AlwaysAllow"
+                    ))
+                }
+            };
+            if modes.contains(&mode) {
+                return Err(format!("authorization mode {name:?} is given twice"));
+            }
+            modes.push(mode);
+        }
+        if modes.is_empty() {
+            return Err("at least one authorization mode is needed".into());
+        }
+        Ok(modes)
+    }
+}
+
+/// Authorizers asked in order: the first that allows or denies decides.
+pub struct Chain {
+    authorizers: Vec<Arc<dyn Authorizer>>,
+}
+
+impl Chain {
+    pub fn new(authorizers: Vec<Arc<dyn Authorizer>>) -> Self {
+        Self { authorizers }
+    }
+}
+
+impl Authorizer for Chain {
+    fn authorize(&self, attributes: &Attributes) -> Decision {
+        for authorizer in &self.authorizers {
+            match authorizer.authorize(attributes) {
+                Decision::NoOpinion => continue,
+                decided => return decided,
+            }
+        }
+        Decision::NoOpinion
+    }
+}
+
+/// The superuser group: members may do anything, whatever RBAC holds (as upstream's
+/// privileged-group authorizer in front of every mode).
+pub const SUPERUSER_GROUP: &str = "system:masters";
+
+/// Allows members of `system:masters`.
+pub struct Superusers;
+
+impl Authorizer for Superusers {
+    fn authorize(&self, attributes: &Attributes) -> Decision {
+        if attributes
+            .groups
+            .iter()
+            .any(|group| group == SUPERUSER_GROUP)
+        {
+            Decision::Allow {
+                reason: String::new(),
+            }
+        } else {
+            Decision::NoOpinion
+        }
+    }
+}
+
+/// Allows everything (only with `--authorization-mode=AlwaysAllow`).
 pub struct AlwaysAllow;
 
 impl Authorizer for AlwaysAllow {

@@ -1,0 +1,326 @@
+//! The roles and bindings a cluster starts with, after upstream's bootstrap policy: the
+//! superuser role bound to `system:masters`, discovery and public information for everyone
+//! authenticated, the self-reviews, and the user-facing `admin`, `edit` and `view` built by
+//! aggregation from `system:aggregate-to-*` (so a CRD's roles can join them by label). Each is
+//! created when missing, labelled `kubernetes.io/bootstrapping: rbac-defaults` and annotated
+//! `rbac.authorization.kubernetes.io/autoupdate: "true"`.
+
+use serde_json::{json, Value};
+
+const READ: &[&str] = &["get", "list", "watch"];
+const WRITE: &[&str] = &["create", "delete", "deletecollection", "patch", "update"];
+const ALL: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> Value {
+    json!({"apiGroups": groups, "resources": resources, "verbs": verbs})
+}
+
+fn paths(urls: &[&str], verbs: &[&str]) -> Value {
+    json!({"nonResourceURLs": urls, "verbs": verbs})
+}
+
+fn metadata(name: &str, labels: &[(&str, &str)]) -> Value {
+    let mut all = serde_json::Map::new();
+    all.insert("kubernetes.io/bootstrapping".into(), "rbac-defaults".into());
+    for (key, value) in labels {
+        all.insert((*key).into(), (*value).into());
+    }
+    json!({
+        "name": name,
+        "labels": all,
+        "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"},
+    })
+}
+
+fn cluster_role(name: &str, labels: &[(&str, &str)], rules: Vec<Value>) -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+           "metadata": metadata(name, labels), "rules": rules})
+}
+
+fn aggregated(name: &str, label: &str) -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+           "metadata": metadata(name, &[]),
+           "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {label: "true"}}]},
+           "rules": []})
+}
+
+const TO_ADMIN: (&str, &str) = ("rbac.authorization.k8s.io/aggregate-to-admin", "true");
+const TO_EDIT: (&str, &str) = ("rbac.authorization.k8s.io/aggregate-to-edit", "true");
+const TO_VIEW: (&str, &str) = ("rbac.authorization.k8s.io/aggregate-to-view", "true");
+
+/// The default ClusterRoles.
+pub fn cluster_roles() -> Vec<Value> {
+    vec![
+        cluster_role(
+            "cluster-admin",
+            &[],
+            vec![rule(&["*"], &["*"], &["*"]), paths(&["*"], &["*"])],
+        ),
+        cluster_role(
+            "system:discovery",
+            &[],
+            vec![paths(
+                &[
+                    "/api",
+                    "/api/*",
+                    "/apis",
+                    "/apis/*",
+                    "/healthz",
+                    "/livez",
+                    "/openapi",
+                    "/openapi/*",
+                    "/readyz",
+                    "/version",
+                    "/version/",
+                ],
+                &["get"],
+            )],
+        ),
+        cluster_role(
+            "system:public-info-viewer",
+            &[],
+            vec![paths(
+                &["/healthz", "/livez", "/readyz", "/version", "/version/"],
+                &["get"],
+            )],
+        ),
+        cluster_role(
+            "system:basic-user",
+            &[],
+            vec![
+                rule(
+                    &["authentication.k8s.io"],
+                    &["selfsubjectreviews"],
+                    &["create"],
+                ),
+                rule(
+                    &["authorization.k8s.io"],
+                    &["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
+                    &["create"],
+                ),
+            ],
+        ),
+        aggregated("admin", TO_ADMIN.0),
+        aggregated("edit", TO_EDIT.0),
+        aggregated("view", TO_VIEW.0),
+        cluster_role(
+            "system:aggregate-to-admin",
+            &[TO_ADMIN],
+            vec![
+                rule(
+                    &["authorization.k8s.io"],
+                    &["localsubjectaccessreviews"],
+                    &["create"],
+                ),
+                rule(
+                    &["rbac.authorization.k8s.io"],
+                    &["rolebindings", "roles"],
+                    ALL,
+                ),
+            ],
+        ),
+        cluster_role(
+            "system:aggregate-to-edit",
+            &[TO_ADMIN, TO_EDIT],
+            edit_rules(),
+        ),
+        cluster_role(
+            "system:aggregate-to-view",
+            &[TO_ADMIN, TO_EDIT, TO_VIEW],
+            view_rules(),
+        ),
+    ]
+}
+
+/// What `edit` adds to `view`: writes of the workload kinds, Secrets, impersonating
+/// ServiceAccounts.
+fn edit_rules() -> Vec<Value> {
+    vec![
+        rule(
+            &[""],
+            &[
+                "pods/attach",
+                "pods/exec",
+                "pods/portforward",
+                "pods/proxy",
+                "secrets",
+                "services/proxy",
+            ],
+            READ,
+        ),
+        rule(&[""], &["serviceaccounts"], &["impersonate"]),
+        rule(
+            &[""],
+            &[
+                "pods",
+                "pods/attach",
+                "pods/exec",
+                "pods/portforward",
+                "pods/proxy",
+            ],
+            WRITE,
+        ),
+        rule(&[""], &["pods/eviction"], &["create"]),
+        rule(
+            &[""],
+            &[
+                "configmaps",
+                "events",
+                "persistentvolumeclaims",
+                "replicationcontrollers",
+                "replicationcontrollers/scale",
+                "secrets",
+                "serviceaccounts",
+                "services",
+                "services/proxy",
+            ],
+            WRITE,
+        ),
+        rule(&[""], &["serviceaccounts/token"], &["create"]),
+        rule(
+            &["apps"],
+            &[
+                "daemonsets",
+                "deployments",
+                "deployments/rollback",
+                "deployments/scale",
+                "replicasets",
+                "replicasets/scale",
+                "statefulsets",
+                "statefulsets/scale",
+            ],
+            WRITE,
+        ),
+        rule(&["autoscaling"], &["horizontalpodautoscalers"], WRITE),
+        rule(&["batch"], &["cronjobs", "jobs"], WRITE),
+        rule(&["policy"], &["poddisruptionbudgets"], WRITE),
+        rule(
+            &["networking.k8s.io"],
+            &["ingresses", "networkpolicies"],
+            WRITE,
+        ),
+        rule(&["coordination.k8s.io"], &["leases"], ALL),
+    ]
+}
+
+/// What `view` reads: everything in a namespace but Secrets and RBAC.
+fn view_rules() -> Vec<Value> {
+    vec![
+        rule(
+            &[""],
+            &[
+                "configmaps",
+                "endpoints",
+                "persistentvolumeclaims",
+                "persistentvolumeclaims/status",
+                "pods",
+                "replicationcontrollers",
+                "replicationcontrollers/scale",
+                "serviceaccounts",
+                "services",
+                "services/status",
+            ],
+            READ,
+        ),
+        rule(
+            &[""],
+            &[
+                "bindings",
+                "events",
+                "limitranges",
+                "namespaces/status",
+                "pods/log",
+                "pods/status",
+                "replicationcontrollers/status",
+                "resourcequotas",
+                "resourcequotas/status",
+            ],
+            READ,
+        ),
+        rule(&[""], &["namespaces"], READ),
+        rule(&["discovery.k8s.io"], &["endpointslices"], READ),
+        rule(
+            &["apps"],
+            &[
+                "controllerrevisions",
+                "daemonsets",
+                "daemonsets/status",
+                "deployments",
+                "deployments/scale",
+                "deployments/status",
+                "replicasets",
+                "replicasets/scale",
+                "replicasets/status",
+                "statefulsets",
+                "statefulsets/scale",
+                "statefulsets/status",
+            ],
+            READ,
+        ),
+        rule(
+            &["autoscaling"],
+            &[
+                "horizontalpodautoscalers",
+                "horizontalpodautoscalers/status",
+            ],
+            READ,
+        ),
+        rule(
+            &["batch"],
+            &["cronjobs", "cronjobs/status", "jobs", "jobs/status"],
+            READ,
+        ),
+        rule(
+            &["policy"],
+            &["poddisruptionbudgets", "poddisruptionbudgets/status"],
+            READ,
+        ),
+        rule(
+            &["networking.k8s.io"],
+            &["ingresses", "ingresses/status", "networkpolicies"],
+            READ,
+        ),
+    ]
+}
+
+fn binding(name: &str, role: &str, groups: &[&str]) -> Value {
+    let subjects: Vec<Value> = groups
+        .iter()
+        .map(|group| json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}))
+        .collect();
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+           "metadata": metadata(name, &[]),
+           "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+           "subjects": subjects})
+}
+
+/// The default ClusterRoleBindings.
+pub fn cluster_role_bindings() -> Vec<Value> {
+    vec![
+        binding("cluster-admin", "cluster-admin", &["system:masters"]),
+        binding(
+            "system:discovery",
+            "system:discovery",
+            &["system:authenticated"],
+        ),
+        binding(
+            "system:basic-user",
+            "system:basic-user",
+            &["system:authenticated"],
+        ),
+        binding(
+            "system:public-info-viewer",
+            "system:public-info-viewer",
+            &["system:authenticated", "system:unauthenticated"],
+        ),
+    ]
+}

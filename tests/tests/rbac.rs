@@ -1,0 +1,163 @@
+//! RBAC with real kubectl on every driver: a token user bound to `view` in one namespace reads
+//! pods there and nothing more; `kubectl auth can-i` answers from the same policy; a binding
+//! deleted takes the grant away; the admin (system:masters) is never limited.
+
+// Test code: a failed expectation is meant to panic.
+#![allow(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use rudder_tests::{Kubectl, RudderServer};
+
+const TOKENS: &str = "alice-token,alice,1001,\"dev\"\n";
+
+/// A kubeconfig for the server's cluster that authenticates with `token`.
+fn token_kubeconfig(server: &RudderServer, token: &str) -> PathBuf {
+    let mut config = kube::config::Kubeconfig::read_from(server.kubeconfig()).unwrap();
+    for user in &mut config.auth_infos {
+        user.auth_info = Some(kube::config::AuthInfo {
+            token: Some(token.to_string().into()),
+            ..Default::default()
+        });
+    }
+    // JSON is YAML: kubectl reads it as it is.
+    let text = serde_json::to_string(&config).unwrap();
+    server.write_file(&format!("kubeconfig-{token}.json"), &text)
+}
+
+/// Runs `kubectl` as alice; returns (exit code, stdout, stderr).
+fn as_alice(server: &RudderServer, kubeconfig: &PathBuf, args: &[&str]) -> (i32, String, String) {
+    let output = server
+        .kubectl_command("1.33")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .unwrap();
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    eprintln!(
+        "$ (alice) kubectl {}\n{}{}",
+        args.join(" "),
+        text(&output.stdout),
+        text(&output.stderr)
+    );
+    (
+        output.status.code().unwrap_or(-1),
+        text(&output.stdout),
+        text(&output.stderr),
+    )
+}
+
+/// Retries `check` for a few seconds: the policy follows the store by a watch.
+fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !check() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn view_in_one_namespace(storage: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.csv");
+    std::fs::write(&tokens, TOKENS).unwrap();
+    let server = RudderServer::start_with_args(
+        env!("CARGO_BIN_EXE_rudder"),
+        storage,
+        &["--token-auth-file", tokens.to_str().unwrap(), "--disable-controller-manager"],
+    );
+    let admin = Kubectl {
+        server: &server,
+        version: "1.33",
+        namespace: "a".into(),
+    };
+    for namespace in ["a", "b"] {
+        admin.ok(&["create", "namespace", namespace]);
+        admin.ok(&["-n", namespace, "run", "web", "--image=nginx"]);
+        admin.ok(&["-n", namespace, "create", "secret", "generic", "s", "--from-literal=k=v"]);
+    }
+    let alice = token_kubeconfig(&server, "alice-token");
+
+    // Before any binding alice is authenticated and may do nothing with resources.
+    let (code, _, stderr) = as_alice(&server, &alice, &["-n", "a", "get", "pods"]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains(
+            "pods is forbidden: User \"alice\" cannot list resource \"pods\" in API group \"\" in the namespace \"a\""
+        ),
+        "{stderr}"
+    );
+    // Discovery and the self-reviews are everyone's (system:discovery, system:basic-user).
+    let (code, stdout, _) = as_alice(&server, &alice, &["auth", "can-i", "list", "pods", "-n", "a"]);
+    assert_eq!((code, stdout.trim()), (1, "no"));
+
+    admin.ok(&["-n", "a", "create", "rolebinding", "alice-views", "--clusterrole=view", "--user=alice"]);
+    eventually("alice lists pods in a", || {
+        as_alice(&server, &alice, &["-n", "a", "get", "pods"]).0 == 0
+    });
+    let (_, stdout, _) = as_alice(&server, &alice, &["-n", "a", "get", "pods", "-o", "name"]);
+    assert_eq!(stdout.trim(), "pod/web");
+    let (code, _, _) = as_alice(&server, &alice, &["-n", "a", "get", "pod", "web", "-o", "yaml"]);
+    assert_eq!(code, 0);
+    let (code, _, stderr) = as_alice(&server, &alice, &["-n", "a", "delete", "pod", "web"]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("cannot delete resource \"pods\""), "{stderr}");
+    let (code, _, stderr) = as_alice(&server, &alice, &["-n", "a", "run", "other", "--image=nginx"]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("cannot create resource \"pods\""), "{stderr}");
+    let (code, _, stderr) = as_alice(&server, &alice, &["-n", "a", "get", "secrets"]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("cannot list resource \"secrets\""), "{stderr}");
+    let (code, _, stderr) = as_alice(&server, &alice, &["-n", "b", "get", "pods"]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("in the namespace \"b\""), "{stderr}");
+    for (verb, resource, namespace, answer) in [
+        ("list", "pods", "a", "yes"),
+        ("watch", "deployments.apps", "a", "yes"),
+        ("delete", "pods", "a", "no"),
+        ("get", "secrets", "a", "no"),
+        ("list", "pods", "b", "no"),
+    ] {
+        let (_, stdout, _) =
+            as_alice(&server, &alice, &["auth", "can-i", verb, resource, "-n", namespace]);
+        assert_eq!(stdout.trim(), answer, "can-i {verb} {resource} -n {namespace}");
+    }
+
+    // The grant goes with its binding.
+    admin.ok(&["-n", "a", "delete", "rolebinding", "alice-views"]);
+    eventually("alice no longer lists pods in a", || {
+        as_alice(&server, &alice, &["-n", "a", "get", "pods"]).0 == 1
+    });
+    // The admin is system:masters: allowed whatever RBAC holds.
+    admin.ok(&["delete", "clusterrolebinding", "cluster-admin"]);
+    admin.ok(&["-n", "b", "get", "secrets"]);
+}
+
+#[test]
+fn view_in_one_namespace_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    view_in_one_namespace(&format!("sqlite://{}", dir.path().join("state.db").display()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn view_in_one_namespace_on_postgres() {
+    let Some(harness) = rudder_storage::testing::postgres().await else {
+        return;
+    };
+    let url = harness.url();
+    tokio::task::spawn_blocking(move || view_in_one_namespace(&url))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn view_in_one_namespace_on_etcd() {
+    let Some(harness) = rudder_storage::testing::etcd().await else {
+        return;
+    };
+    let url = harness.url();
+    tokio::task::spawn_blocking(move || view_in_one_namespace(&url))
+        .await
+        .unwrap();
+}
