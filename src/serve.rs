@@ -82,6 +82,10 @@ pub struct ServerArgs {
     /// (everyone authenticated may do anything).
     #[arg(long, default_value = "RBAC")]
     authorization_mode: String,
+    /// Requests without credentials run as `system:anonymous` and are judged by
+    /// authorization (out of the box only health and version are theirs); false: 401.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    anonymous_auth: bool,
 }
 
 #[derive(clap::Args)]
@@ -148,6 +152,7 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
             ..rudder_apiserver::Limits::default()
         },
         authorization_modes,
+        anonymous_auth: args.anonymous_auth,
     };
     let running =
         match rudder_apiserver::server::start(config, store.clone(), shutdown.clone()).await {

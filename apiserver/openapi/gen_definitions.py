@@ -28,6 +28,7 @@ SERVED = [
     ("storage.k8s.io", "v1"),
     ("scheduling.k8s.io", "v1"),
     ("authorization.k8s.io", "v1"),
+    ("authentication.k8s.io", "v1"),
 ]
 
 META = "io.k8s.apimachinery.pkg.apis.meta.v1."

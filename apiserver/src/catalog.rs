@@ -252,8 +252,12 @@ pub static RESOURCES: &[ResourceInfo] = &[
     volumes::STORAGE_CLASSES,
     // scheduling.k8s.io/v1
     scheduling::PRIORITY_CLASSES,
-    // authorization.k8s.io/v1: answered by the authorizer, never stored
+    // authorization.k8s.io/v1 and authentication.k8s.io/v1: answered, never stored
     authorization::SELF_SUBJECT_ACCESS_REVIEWS,
+    authorization::SUBJECT_ACCESS_REVIEWS,
+    authorization::LOCAL_SUBJECT_ACCESS_REVIEWS,
+    authorization::SELF_SUBJECT_RULES_REVIEWS,
+    authorization::SELF_SUBJECT_REVIEWS,
 ];
 
 /// The API groups in discovery order (core first), each with its one served version.

@@ -42,6 +42,9 @@ pub struct Config {
     pub limits: Limits,
     /// The authorizers after `system:masters`, in order (`--authorization-mode`).
     pub authorization_modes: Vec<authz::Mode>,
+    /// Requests without credentials run as `system:anonymous`, judged by authorization
+    /// (`--anonymous-auth`); when false they are 401.
+    pub anonymous_auth: bool,
 }
 
 /// Upstream's default Service ClusterIP range.
@@ -65,6 +68,7 @@ impl Config {
             service_node_port_range: DEFAULT_SERVICE_NODE_PORT_RANGE,
             limits: Limits::default(),
             authorization_modes: vec![authz::Mode::Rbac],
+            anonymous_auth: true,
         }
     }
 }
@@ -283,7 +287,7 @@ pub async fn start(
     let authorizer = authorizer(&config.authorization_modes, &registry, &tasks, &shutdown).await?;
     let state = AppState::new(
         registry.clone(),
-        Authenticator::new(tokens),
+        Authenticator::new(tokens).with_anonymous(config.anonymous_auth),
         authorizer,
         SocketAddr::new(advertise, addr.port()).to_string(),
         &limits,

@@ -448,12 +448,9 @@ async fn bad_requests_get_the_right_status() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn requests_without_credentials_are_unauthorized_except_health() {
+async fn requests_without_credentials_are_anonymous_and_may_read_only_health() {
     let (running, _dir, _harness) = start().await;
-    let ca = running.pki.ca_cert_pem.clone();
-    let mut config = kube::Config::new(format!("https://{}", running.addr).parse().unwrap());
-    config.root_cert = Some(vec![pem_to_der(&ca)]);
-    let anonymous = Client::try_from(config).unwrap();
+    let anonymous = client_with_token(&running, None);
     let (code, body) = send(
         &anonymous,
         Method::GET,
@@ -462,11 +459,50 @@ async fn requests_without_credentials_are_unauthorized_except_health() {
         Vec::new(),
     )
     .await;
-    assert_eq!(code, 401, "{body}");
-    assert_eq!(body["reason"], "Unauthorized");
-    let request = Request::builder().uri("/readyz").body(Vec::new()).unwrap();
-    let text = anonymous.request_text(request).await.unwrap();
-    assert_eq!(text, "ok");
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(body["reason"], "Forbidden");
+    assert_eq!(
+        body["message"],
+        "namespaces is forbidden: User \"system:anonymous\" cannot list resource \"namespaces\" in API group \"\" at the cluster scope"
+    );
+    for path in ["/metrics", "/api", "/apis", "/openapi/v2"] {
+        let (code, body) = send(
+            &anonymous,
+            Method::GET,
+            path,
+            "application/json",
+            Vec::new(),
+        )
+        .await;
+        assert_eq!(code, 403, "{path}: {body}");
+        assert_eq!(
+            body["message"],
+            format!("forbidden: User \"system:anonymous\" cannot get path \"{path}\""),
+        );
+    }
+    for path in ["/readyz", "/livez", "/healthz", "/version"] {
+        let request = Request::builder().uri(path).body(Vec::new()).unwrap();
+        anonymous.request_text(request).await.unwrap();
+    }
+    running.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_anonymous_auth_requests_without_credentials_are_unauthorized() {
+    let (running, _dir, _harness) = start_with(|config| config.anonymous_auth = false).await;
+    let anonymous = client_with_token(&running, None);
+    for path in ["/api/v1/namespaces", "/readyz", "/version"] {
+        let (code, body) = send(
+            &anonymous,
+            Method::GET,
+            path,
+            "application/json",
+            Vec::new(),
+        )
+        .await;
+        assert_eq!(code, 401, "{path}: {body}");
+        assert_eq!(body["reason"], "Unauthorized");
+    }
     running.stop().await.unwrap();
 }
 

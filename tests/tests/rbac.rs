@@ -65,7 +65,11 @@ fn view_in_one_namespace(storage: &str) {
     let server = RudderServer::start_with_args(
         env!("CARGO_BIN_EXE_rudder"),
         storage,
-        &["--token-auth-file", tokens.to_str().unwrap(), "--disable-controller-manager"],
+        &[
+            "--token-auth-file",
+            tokens.to_str().unwrap(),
+            "--disable-controller-manager",
+        ],
     );
     let admin = Kubectl {
         server: &server,
@@ -75,7 +79,15 @@ fn view_in_one_namespace(storage: &str) {
     for namespace in ["a", "b"] {
         admin.ok(&["create", "namespace", namespace]);
         admin.ok(&["-n", namespace, "run", "web", "--image=nginx"]);
-        admin.ok(&["-n", namespace, "create", "secret", "generic", "s", "--from-literal=k=v"]);
+        admin.ok(&[
+            "-n",
+            namespace,
+            "create",
+            "secret",
+            "generic",
+            "s",
+            "--from-literal=k=v",
+        ]);
     }
     let alice = token_kubeconfig(&server, "alice-token");
 
@@ -89,26 +101,55 @@ fn view_in_one_namespace(storage: &str) {
         "{stderr}"
     );
     // Discovery and the self-reviews are everyone's (system:discovery, system:basic-user).
-    let (code, stdout, _) = as_alice(&server, &alice, &["auth", "can-i", "list", "pods", "-n", "a"]);
+    let (code, stdout, _) = as_alice(
+        &server,
+        &alice,
+        &["auth", "can-i", "list", "pods", "-n", "a"],
+    );
     assert_eq!((code, stdout.trim()), (1, "no"));
 
-    admin.ok(&["-n", "a", "create", "rolebinding", "alice-views", "--clusterrole=view", "--user=alice"]);
+    admin.ok(&[
+        "-n",
+        "a",
+        "create",
+        "rolebinding",
+        "alice-views",
+        "--clusterrole=view",
+        "--user=alice",
+    ]);
     eventually("alice lists pods in a", || {
         as_alice(&server, &alice, &["-n", "a", "get", "pods"]).0 == 0
     });
     let (_, stdout, _) = as_alice(&server, &alice, &["-n", "a", "get", "pods", "-o", "name"]);
     assert_eq!(stdout.trim(), "pod/web");
-    let (code, _, _) = as_alice(&server, &alice, &["-n", "a", "get", "pod", "web", "-o", "yaml"]);
+    let (code, _, _) = as_alice(
+        &server,
+        &alice,
+        &["-n", "a", "get", "pod", "web", "-o", "yaml"],
+    );
     assert_eq!(code, 0);
     let (code, _, stderr) = as_alice(&server, &alice, &["-n", "a", "delete", "pod", "web"]);
     assert_eq!(code, 1);
-    assert!(stderr.contains("cannot delete resource \"pods\""), "{stderr}");
-    let (code, _, stderr) = as_alice(&server, &alice, &["-n", "a", "run", "other", "--image=nginx"]);
+    assert!(
+        stderr.contains("cannot delete resource \"pods\""),
+        "{stderr}"
+    );
+    let (code, _, stderr) = as_alice(
+        &server,
+        &alice,
+        &["-n", "a", "run", "other", "--image=nginx"],
+    );
     assert_eq!(code, 1);
-    assert!(stderr.contains("cannot create resource \"pods\""), "{stderr}");
+    assert!(
+        stderr.contains("cannot create resource \"pods\""),
+        "{stderr}"
+    );
     let (code, _, stderr) = as_alice(&server, &alice, &["-n", "a", "get", "secrets"]);
     assert_eq!(code, 1);
-    assert!(stderr.contains("cannot list resource \"secrets\""), "{stderr}");
+    assert!(
+        stderr.contains("cannot list resource \"secrets\""),
+        "{stderr}"
+    );
     let (code, _, stderr) = as_alice(&server, &alice, &["-n", "b", "get", "pods"]);
     assert_eq!(code, 1);
     assert!(stderr.contains("in the namespace \"b\""), "{stderr}");
@@ -119,10 +160,95 @@ fn view_in_one_namespace(storage: &str) {
         ("get", "secrets", "a", "no"),
         ("list", "pods", "b", "no"),
     ] {
-        let (_, stdout, _) =
-            as_alice(&server, &alice, &["auth", "can-i", verb, resource, "-n", namespace]);
-        assert_eq!(stdout.trim(), answer, "can-i {verb} {resource} -n {namespace}");
+        let (_, stdout, _) = as_alice(
+            &server,
+            &alice,
+            &["auth", "can-i", verb, resource, "-n", namespace],
+        );
+        assert_eq!(
+            stdout.trim(),
+            answer,
+            "can-i {verb} {resource} -n {namespace}"
+        );
     }
+
+    // What alice holds here, as `kubectl auth can-i --list` prints it (SelfSubjectRulesReview).
+    let (code, stdout, _) = as_alice(&server, &alice, &["auth", "can-i", "--list", "-n", "a"]);
+    assert_eq!(code, 0);
+    let pods = stdout
+        .lines()
+        .find(|line| line.starts_with("pods ") || line.starts_with("pods\t"))
+        .unwrap_or_else(|| panic!("no pods rule in:\n{stdout}"));
+    assert!(pods.contains("[get list watch]"), "{pods}");
+    assert!(
+        stdout.contains("selfsubjectaccessreviews.authorization.k8s.io"),
+        "{stdout}"
+    );
+    // Who alice is (SelfSubjectReview), on the clients that ask authentication.k8s.io/v1.
+    for version in ["1.30", "1.33"] {
+        let output = server
+            .kubectl_command(version)
+            .arg("--kubeconfig")
+            .arg(&alice)
+            .args(["auth", "whoami"])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(
+            stdout.contains("alice") && stdout.contains("system:authenticated"),
+            "{stdout}"
+        );
+    }
+    // Another subject's access, asked by the admin (SubjectAccessReview) and by impersonation.
+    let review = admin.file(
+        "sar.yaml",
+        "apiVersion: authorization.k8s.io/v1\nkind: SubjectAccessReview\nspec:\n  user: alice\n  resourceAttributes:\n    namespace: a\n    verb: list\n    resource: pods\n",
+    );
+    let allowed = admin.ok(&["create", "-f", &review, "-o", "jsonpath={.status.allowed}"]);
+    assert_eq!(allowed, "true");
+    assert_eq!(
+        admin
+            .ok(&["auth", "can-i", "list", "pods", "-n", "a", "--as", "alice"])
+            .trim(),
+        "yes"
+    );
+    assert_eq!(
+        admin
+            .fails(&["auth", "can-i", "list", "pods", "-n", "b", "--as", "alice"])
+            .trim(),
+        ""
+    );
+
+    // Impersonation needs the `impersonate` verb.
+    let (code, _, stderr) = as_alice(&server, &alice, &["--as", "bob", "-n", "a", "get", "pods"]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("users \"bob\" is forbidden: User \"alice\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope"),
+        "{stderr}"
+    );
+    admin.ok(&[
+        "create",
+        "clusterrole",
+        "impersonator",
+        "--verb=impersonate",
+        "--resource=users",
+    ]);
+    admin.ok(&[
+        "create",
+        "clusterrolebinding",
+        "alice-impersonates",
+        "--clusterrole=impersonator",
+        "--user=alice",
+    ]);
+    eventually("alice acts as bob", || {
+        let (_, _, stderr) = as_alice(&server, &alice, &["--as", "bob", "-n", "a", "get", "pods"]);
+        stderr.contains("User \"bob\" cannot list resource \"pods\"")
+    });
 
     // The grant goes with its binding.
     admin.ok(&["-n", "a", "delete", "rolebinding", "alice-views"]);
@@ -137,7 +263,10 @@ fn view_in_one_namespace(storage: &str) {
 #[test]
 fn view_in_one_namespace_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
-    view_in_one_namespace(&format!("sqlite://{}", dir.path().join("state.db").display()));
+    view_in_one_namespace(&format!(
+        "sqlite://{}",
+        dir.path().join("state.db").display()
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

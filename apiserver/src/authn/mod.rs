@@ -1,6 +1,7 @@
 //! Request authentication: x509 client certificates first, then bearer tokens from the static
 //! token file. Authenticated users always get the `system:authenticated` group.
 
+pub mod impersonation;
 pub mod token_file;
 pub mod x509;
 
@@ -13,12 +14,31 @@ pub use token_file::TokenFile;
 /// Group every authenticated user belongs to.
 pub const AUTHENTICATED_GROUP: &str = "system:authenticated";
 
-/// An authenticated user (upstream `user.Info` without extra fields).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Group of every request without credentials (when anonymous requests are allowed).
+pub const UNAUTHENTICATED_GROUP: &str = "system:unauthenticated";
+
+/// The user of a request without credentials.
+pub const ANONYMOUS_USER: &str = "system:anonymous";
+
+/// An authenticated user (upstream `user.Info`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct UserInfo {
     pub name: String,
     pub uid: String,
     pub groups: Vec<String>,
+    /// Extra attributes (from impersonation's `Impersonate-Extra-*`, later from tokens).
+    pub extra: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+impl UserInfo {
+    /// The caller of a request without credentials.
+    pub fn anonymous() -> Self {
+        Self {
+            name: ANONYMOUS_USER.into(),
+            groups: vec![UNAUTHENTICATED_GROUP.into()],
+            ..Self::default()
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -46,12 +66,28 @@ pub enum AuthnError {
 #[derive(Clone, Debug, Default)]
 pub struct Authenticator {
     tokens: Option<TokenFile>,
+    /// Requests without credentials run as `system:anonymous` (else they are 401).
+    anonymous: bool,
 }
 
 impl Authenticator {
-    /// A chain of x509 client certificates and, when given, the static token file.
+    /// A chain of x509 client certificates and, when given, the static token file; requests
+    /// without credentials are anonymous.
     pub fn new(tokens: Option<TokenFile>) -> Self {
-        Self { tokens }
+        Self {
+            tokens,
+            anonymous: true,
+        }
+    }
+
+    /// Whether requests without credentials are `system:anonymous` (`--anonymous-auth`).
+    pub fn with_anonymous(mut self, anonymous: bool) -> Self {
+        self.anonymous = anonymous;
+        self
+    }
+
+    pub fn allows_anonymous(&self) -> bool {
+        self.anonymous
     }
 
     /// Authenticate a request from its verified client certificate chain (leaf first) and its

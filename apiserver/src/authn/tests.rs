@@ -87,6 +87,7 @@ fn bearer_tokens() {
             name: "alice".into(),
             uid: "1001".into(),
             groups: vec!["dev".into(), "ops".into(), AUTHENTICATED_GROUP.into()],
+            ..UserInfo::default()
         }
     );
     // Scheme is case-insensitive, surrounding whitespace is ignored.

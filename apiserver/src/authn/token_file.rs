@@ -72,7 +72,15 @@ impl TokenFile {
                     "token file: duplicate token, last one wins"
                 );
             }
-            tokens.insert(token, UserInfo { name, uid, groups });
+            tokens.insert(
+                token,
+                UserInfo {
+                    name,
+                    uid,
+                    groups,
+                    ..UserInfo::default()
+                },
+            );
         }
         Ok(Self { tokens })
     }
@@ -209,6 +217,7 @@ mod tests {
             name: name.into(),
             uid: uid.into(),
             groups: groups.iter().map(|g| g.to_string()).collect(),
+            ..UserInfo::default()
         }
     }
 

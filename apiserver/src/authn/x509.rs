@@ -41,5 +41,6 @@ pub fn user_from_chain(chain: &[CertificateDer<'static>]) -> Result<Option<UserI
         name: name.to_owned(),
         uid: String::new(),
         groups,
+        ..UserInfo::default()
     }))
 }

@@ -4,10 +4,11 @@
 //! asked for). SelfSubjectAccessReviews are answered by the same chain the request path uses.
 
 pub mod rbac;
+pub mod reviews;
+
+pub use reviews::review_self;
 
 use std::sync::Arc;
-
-use serde_json::{json, Value};
 
 /// What a request wants to do, as an authorizer sees it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -42,6 +43,17 @@ pub enum Decision {
 /// Decides whether a request may proceed.
 pub trait Authorizer: Send + Sync {
     fn authorize(&self, attributes: &Attributes) -> Decision;
+
+    /// The rules this authorizer grants `user` in `namespace` ("" for the cluster scope), for
+    /// SelfSubjectRulesReview; `None` when it cannot list them (upstream's "incomplete").
+    fn rules_for(
+        &self,
+        _user: &str,
+        _groups: &[String],
+        _namespace: &str,
+    ) -> Option<Vec<k8s_openapi::api::rbac::v1::PolicyRule>> {
+        None
+    }
 }
 
 /// The authorizers `--authorization-mode` names.
@@ -104,6 +116,24 @@ impl Authorizer for Chain {
             }
         }
         Decision::NoOpinion
+    }
+
+    /// Every member's rules; `None` as soon as one member that may allow cannot list them.
+    fn rules_for(
+        &self,
+        user: &str,
+        groups: &[String],
+        namespace: &str,
+    ) -> Option<Vec<k8s_openapi::api::rbac::v1::PolicyRule>> {
+        let mut rules = Vec::new();
+        let mut complete = true;
+        for authorizer in &self.authorizers {
+            match authorizer.rules_for(user, groups, namespace) {
+                Some(more) => rules.extend(more),
+                None => complete = false,
+            }
+        }
+        (complete || !rules.is_empty()).then_some(rules)
     }
 }
 
@@ -171,59 +201,10 @@ pub fn forbidden_message(attributes: &Attributes, reason: &str) -> String {
     }
 }
 
-/// Answers a SelfSubjectAccessReview body for the calling user: the review with its status.
-pub fn review_self(
-    authorizer: &dyn Authorizer,
-    user: &str,
-    groups: &[String],
-    review: &Value,
-) -> Value {
-    let spec = &review["spec"];
-    let text = |value: &Value| value.as_str().unwrap_or("").to_string();
-    let attributes =
-        if let Some(resource) = spec.get("resourceAttributes").filter(|v| v.is_object()) {
-            Attributes {
-                user: user.to_string(),
-                groups: groups.to_vec(),
-                verb: text(&resource["verb"]),
-                resource_request: true,
-                group: text(&resource["group"]),
-                version: text(&resource["version"]),
-                resource: text(&resource["resource"]),
-                subresource: text(&resource["subresource"]),
-                namespace: text(&resource["namespace"]),
-                name: text(&resource["name"]),
-                path: String::new(),
-            }
-        } else {
-            let non_resource = &spec["nonResourceAttributes"];
-            Attributes {
-                user: user.to_string(),
-                groups: groups.to_vec(),
-                verb: text(&non_resource["verb"]),
-                path: text(&non_resource["path"]),
-                ..Attributes::default()
-            }
-        };
-    let status = match authorizer.authorize(&attributes) {
-        Decision::Allow { reason } => json!({"allowed": true, "reason": reason}),
-        Decision::Deny { reason } => json!({"allowed": false, "denied": true, "reason": reason}),
-        Decision::NoOpinion => json!({"allowed": false}),
-    };
-    let mut answer = review.clone();
-    answer["apiVersion"] = json!("authorization.k8s.io/v1");
-    answer["kind"] = json!("SelfSubjectAccessReview");
-    if !answer["metadata"].is_object() {
-        answer["metadata"] = json!({});
-    }
-    answer["metadata"]["creationTimestamp"] = Value::Null;
-    answer["status"] = status;
-    answer
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     struct DenySecrets;
     impl Authorizer for DenySecrets {

@@ -31,7 +31,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 use tracing::Instrument;
 
-use crate::authn::{Authenticator, UserInfo};
+use crate::authn::{impersonation, Authenticator, UserInfo};
 use crate::authz::Authorizer;
 use crate::error::ApiError;
 use crate::registry::Registry;
@@ -108,6 +108,10 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
+            authorize_path,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
             authenticate,
         ))
         .layer(axum::middleware::from_fn_with_state(state.clone(), observe))
@@ -121,14 +125,6 @@ async fn not_found() -> Response {
 /// The authenticated caller, as a request extension.
 #[derive(Clone, Debug)]
 pub struct Caller(pub UserInfo);
-
-/// Paths anyone may read (upstream's system:public-info-viewer).
-fn is_public(path: &str) -> bool {
-    matches!(path, "/healthz" | "/livez" | "/readyz" | "/version")
-        || path.starts_with("/healthz/")
-        || path.starts_with("/livez/")
-        || path.starts_with("/readyz/")
-}
 
 async fn authenticate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
     let certificates = request
@@ -144,42 +140,76 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
         certificates.as_deref().map(Vec::as_slice),
         authorization.as_deref(),
     );
-    match user {
-        Ok(Some(user)) => {
-            tracing::Span::current().record("user", user.name.as_str());
-            if let Some(header) = impersonation_header(request.headers()) {
-                return ApiError::forbidden(format!(
-                    "impersonation is not supported by this server: the request carries the \"{header}\" header; it is refused rather than run as {:?}",
-                    user.name
-                ))
-                .into_response();
-            }
-            request.extensions_mut().insert(Caller(user));
-            next.run(request).await
-        }
-        Ok(None) if is_public(request.uri().path()) => {
-            request.extensions_mut().insert(Caller(UserInfo {
-                name: "system:anonymous".into(),
-                uid: String::new(),
-                groups: vec!["system:unauthenticated".into()],
-            }));
-            next.run(request).await
-        }
-        Ok(None) => ApiError::unauthorized().into_response(),
+    let requester = match user {
+        Ok(Some(user)) => user,
+        Ok(None) if state.authenticator.allows_anonymous() => UserInfo::anonymous(),
+        Ok(None) => return ApiError::unauthorized().into_response(),
         Err(error) => {
             tracing::debug!(%error, "authentication failed");
-            ApiError::unauthorized().into_response()
+            return ApiError::unauthorized().into_response();
         }
+    };
+    let user = match impersonation::resolve(
+        requester.clone(),
+        request.headers(),
+        state.authorizer.as_ref(),
+    ) {
+        Ok(user) => user,
+        Err(error) => return error.into_response(),
+    };
+    let span = tracing::Span::current();
+    span.record("user", user.name.as_str());
+    if user.name != requester.name {
+        span.record("impersonated_by", requester.name.as_str());
     }
+    request.extensions_mut().insert(Caller(user));
+    next.run(request).await
 }
 
-/// The first `Impersonate-*` header of a request (`kubectl --as` sends them).
-fn impersonation_header(headers: &http::HeaderMap) -> Option<String> {
-    headers
-        .keys()
-        .map(http::HeaderName::as_str)
-        .find(|name| name.starts_with("impersonate-"))
-        .map(str::to_string)
+/// Authorizes a request for a path that names no resource (`/metrics`, `/healthz`,
+/// `/openapi/v2`, …) as upstream does: the lower-cased method is the verb. Resource requests
+/// and discovery (`/api`, `/apis/…`) are authorized where their path is parsed.
+async fn authorize_path(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    let routed_to_resources = path == "/api"
+        || path == "/apis"
+        || path.starts_with("/api/")
+        || path.starts_with("/apis/");
+    if !routed_to_resources {
+        let caller = request.extensions().get::<Caller>().map(|caller| &caller.0);
+        let anonymous = UserInfo::anonymous();
+        let caller = caller.unwrap_or(&anonymous);
+        let verb = request.method().as_str().to_ascii_lowercase();
+        if let Err(error) = authorize_non_resource(&state, caller, &verb, path) {
+            return error.into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// Whether `caller` may `verb` the non-resource `path`; upstream's 403 otherwise.
+pub(crate) fn authorize_non_resource(
+    state: &AppState,
+    caller: &UserInfo,
+    verb: &str,
+    path: &str,
+) -> Result<(), ApiError> {
+    let attributes = crate::authz::Attributes {
+        user: caller.name.clone(),
+        groups: caller.groups.clone(),
+        verb: verb.to_string(),
+        path: path.to_string(),
+        ..crate::authz::Attributes::default()
+    };
+    let reason = match state.authorizer.authorize(&attributes) {
+        crate::authz::Decision::Allow { .. } => return Ok(()),
+        crate::authz::Decision::Deny { reason } => reason,
+        crate::authz::Decision::NoOpinion => String::new(),
+    };
+    Err(ApiError::forbidden(format!(
+        "forbidden: {}",
+        crate::authz::forbidden_message(&attributes, &reason)
+    )))
 }
 
 /// The verb label of a request that named no resource: its method when it is one of
@@ -231,6 +261,7 @@ async fn observe(State(state): State<AppState>, request: Request, next: Next) ->
         path = %path,
         remote = %remote,
         user = tracing::field::Empty,
+        impersonated_by = tracing::field::Empty,
         resource = tracing::field::Empty,
         namespace = tracing::field::Empty,
         status = tracing::field::Empty,

@@ -32,17 +32,21 @@ pub async fn handle(State(state): State<AppState>, request: Request) -> Response
         .extensions
         .get::<Caller>()
         .map(|caller| caller.0.clone())
-        .unwrap_or_else(|| crate::authn::UserInfo {
-            name: "system:anonymous".into(),
-            uid: String::new(),
-            groups: Vec::new(),
-        });
+        .unwrap_or_else(crate::authn::UserInfo::anonymous);
     let query = Query::parse(parts.uri.query());
     let accept = header(&parts.headers, http::header::ACCEPT);
     let path = match request::parse_path(&parts.method, parts.uri.path(), &query) {
         Ok(path) => path,
         Err(error) => return error.into_response(),
     };
+    if !matches!(path, ApiPath::Resource(_)) {
+        // Discovery documents are non-resource paths to authorization, as upstream.
+        let verb = parts.method.as_str().to_ascii_lowercase();
+        if let Err(error) = super::authorize_non_resource(&state, &caller, &verb, parts.uri.path())
+        {
+            return error.into_response();
+        }
+    }
     match path {
         ApiPath::Root { legacy } => discovery::root(legacy, accept, &state.advertise),
         ApiPath::Group(group) => {
@@ -409,11 +413,12 @@ async fn create(call: &Call<'_>, body: Body) -> Result<Response> {
     let reviewers = Reviewers {
         authorizer: call.state.authorizer.as_ref(),
     };
-    if let Some(answer) = resource
-        .strategy
-        .review(&reviewers, call.caller, &input.object)
+    if let Some(answer) =
+        resource
+            .strategy
+            .review(&reviewers, call.caller, target.namespace, &input.object)
     {
-        return Ok(call.object(StatusCode::CREATED, &answer, &[]));
+        return Ok(call.object(StatusCode::CREATED, &answer?, &[]));
     }
     let registry = &call.state.registry;
     match (target.subresource, call.info.name.as_deref()) {

@@ -1,39 +1,28 @@
-//! authorization.k8s.io SelfSubjectAccessReviews: answered by the authorizer on create, never
-//! stored, so most rules never apply; the entry still decides each one.
+//! authorization.k8s.io's reviews and authentication.k8s.io's SelfSubjectReview: kinds that are
+//! answered on create (authz/reviews.rs), never stored, so most rules never apply; the entries
+//! still decide each one. One strategy serves them all, told apart by what answers them.
 
 use serde_json::Value;
 
 use super::{Reviewers, Strategy};
 use crate::authn::UserInfo;
-use crate::authz;
+use crate::authz::reviews;
 use crate::catalog::*;
+use crate::error::ApiError;
 use crate::patch::strategic::Ty;
 use crate::selectors::{FieldSet, METADATA_ONLY};
 use crate::tables;
 use crate::validation::{Errs, NameRule};
 
-/// authorization.k8s.io/v1 SelfSubjectAccessReview.
-pub const SELF_SUBJECT_ACCESS_REVIEWS: ResourceInfo = ResourceInfo {
-    group: "authorization.k8s.io",
-    version: "v1",
-    kind: "SelfSubjectAccessReview",
-    plural: "selfsubjectaccessreviews",
-    singular: "selfsubjectaccessreview",
-    namespaced: false,
-    short_names: NONE,
-    categories: NONE,
-    verbs: CREATE_ONLY,
-    subresources: &[],
-    storage_prefix: "",
-    canonicalize: None,
-    strategy: &SelfSubjectAccessReviewStrategy,
-    printer: &tables::DefaultTable,
-};
+/// How one review kind is answered: by whom, for which namespace, about what.
+type Answer = fn(&Reviewers, &UserInfo, Option<&str>, &Value) -> Result<Value, ApiError>;
 
-/// The rules of SelfSubjectAccessReviews.
-pub struct SelfSubjectAccessReviewStrategy;
+/// The rules of a review kind.
+pub struct ReviewStrategy {
+    answer: Answer,
+}
 
-impl Strategy for SelfSubjectAccessReviewStrategy {
+impl Strategy for ReviewStrategy {
     fn uses_generation(&self) -> bool {
         false
     }
@@ -54,12 +43,102 @@ impl Strategy for SelfSubjectAccessReviewStrategy {
         &METADATA_ONLY
     }
 
-    fn review(&self, reviewers: &Reviewers, asker: &UserInfo, object: &Value) -> Option<Value> {
-        Some(authz::review_self(
-            reviewers.authorizer,
-            &asker.name,
-            &asker.groups,
-            object,
-        ))
+    fn review(
+        &self,
+        reviewers: &Reviewers,
+        asker: &UserInfo,
+        namespace: Option<&str>,
+        object: &Value,
+    ) -> Option<Result<Value, ApiError>> {
+        Some((self.answer)(reviewers, asker, namespace, object))
     }
 }
+
+/// A review kind's entry: create only, never stored.
+macro_rules! review {
+    ($group:expr, $version:expr, $kind:expr, $plural:expr, $singular:expr, $namespaced:expr,
+     $answer:expr) => {
+        ResourceInfo {
+            group: $group,
+            version: $version,
+            kind: $kind,
+            plural: $plural,
+            singular: $singular,
+            namespaced: $namespaced,
+            short_names: NONE,
+            categories: NONE,
+            verbs: CREATE_ONLY,
+            subresources: &[],
+            storage_prefix: "",
+            canonicalize: None,
+            strategy: &ReviewStrategy { answer: $answer },
+            printer: &tables::DefaultTable,
+        }
+    };
+}
+
+/// authorization.k8s.io/v1 SelfSubjectAccessReview: may I?
+pub const SELF_SUBJECT_ACCESS_REVIEWS: ResourceInfo = review!(
+    "authorization.k8s.io",
+    "v1",
+    "SelfSubjectAccessReview",
+    "selfsubjectaccessreviews",
+    "selfsubjectaccessreview",
+    false,
+    |reviewers, asker, _, object| Ok(reviews::review_self(
+        reviewers.authorizer,
+        &asker.name,
+        &asker.groups,
+        object
+    ))
+);
+
+/// authorization.k8s.io/v1 SubjectAccessReview: may they?
+pub const SUBJECT_ACCESS_REVIEWS: ResourceInfo = review!(
+    "authorization.k8s.io",
+    "v1",
+    "SubjectAccessReview",
+    "subjectaccessreviews",
+    "subjectaccessreview",
+    false,
+    |reviewers, _, _, object| reviews::review_subject(reviewers.authorizer, object, None)
+);
+
+/// authorization.k8s.io/v1 LocalSubjectAccessReview: may they, in this namespace?
+pub const LOCAL_SUBJECT_ACCESS_REVIEWS: ResourceInfo = review!(
+    "authorization.k8s.io",
+    "v1",
+    "LocalSubjectAccessReview",
+    "localsubjectaccessreviews",
+    "localsubjectaccessreview",
+    true,
+    |reviewers, _, namespace, object| {
+        reviews::review_subject(reviewers.authorizer, object, Some(namespace.unwrap_or("")))
+    }
+);
+
+/// authorization.k8s.io/v1 SelfSubjectRulesReview: what may I do here?
+pub const SELF_SUBJECT_RULES_REVIEWS: ResourceInfo = review!(
+    "authorization.k8s.io",
+    "v1",
+    "SelfSubjectRulesReview",
+    "selfsubjectrulesreviews",
+    "selfsubjectrulesreview",
+    false,
+    |reviewers, asker, _, object| reviews::review_rules(reviewers.authorizer, asker, object)
+);
+
+/// authentication.k8s.io/v1 SelfSubjectReview: who am I?
+pub const SELF_SUBJECT_REVIEWS: ResourceInfo = review!(
+    "authentication.k8s.io",
+    "v1",
+    "SelfSubjectReview",
+    "selfsubjectreviews",
+    "selfsubjectreview",
+    false,
+    |_, asker, _, object| Ok(reviews::review_identity(
+        asker,
+        object,
+        "authentication.k8s.io/v1"
+    ))
+);

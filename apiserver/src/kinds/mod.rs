@@ -16,6 +16,7 @@ use serde_json::Value;
 use crate::authn::UserInfo;
 use crate::authz::Authorizer;
 use crate::catalog::Subresource;
+use crate::error::ApiError;
 use crate::patch::strategic::Ty;
 use crate::selectors::FieldSet;
 use crate::validation::{Errs, NameRule};
@@ -102,8 +103,14 @@ pub trait Strategy: Sync {
         false
     }
     /// For a kind that is answered rather than stored (access reviews): the answer to a create
-    /// of `object` by `asker`. `None` for a stored kind.
-    fn review(&self, _reviewers: &Reviewers, _asker: &UserInfo, _object: &Value) -> Option<Value> {
+    /// of `object` by `asker` in `namespace`. `None` for a stored kind.
+    fn review(
+        &self,
+        _reviewers: &Reviewers,
+        _asker: &UserInfo,
+        _namespace: Option<&str>,
+        _object: &Value,
+    ) -> Option<Result<Value, ApiError>> {
         None
     }
 }

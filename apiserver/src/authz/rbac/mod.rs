@@ -153,6 +153,45 @@ impl Policy {
         }
     }
 
+    /// Every rule granted to `user` in `namespace` ("" for the cluster scope): its
+    /// ClusterRoleBindings', then its RoleBindings' there.
+    pub fn rules_for(&self, user: &str, groups: &[String], namespace: &str) -> Vec<PolicyRule> {
+        let mut granted = Vec::new();
+        let applies = |subjects: &Option<Vec<Subject>>, bound_in: &str| {
+            subjects
+                .iter()
+                .flatten()
+                .any(|subject| rules::applies_to(subject, user, groups, bound_in))
+        };
+        for binding in self.cluster_role_bindings.values() {
+            if applies(&binding.subjects, "") {
+                granted.extend(
+                    self.referenced_rules(&binding.role_ref, "")
+                        .into_iter()
+                        .cloned(),
+                );
+            }
+        }
+        if !namespace.is_empty() {
+            for binding in self
+                .role_bindings
+                .get(namespace)
+                .into_iter()
+                .flatten()
+                .map(|(_, b)| b)
+            {
+                if applies(&binding.subjects, namespace) {
+                    granted.extend(
+                        self.referenced_rules(&binding.role_ref, namespace)
+                            .into_iter()
+                            .cloned(),
+                    );
+                }
+            }
+        }
+        granted
+    }
+
     /// Upstream's answer for `attributes`: allowed with the binding that allows it, or no
     /// opinion.
     pub fn decide(&self, attributes: &Attributes) -> Decision {
@@ -226,6 +265,13 @@ impl Rbac {
 impl Authorizer for Rbac {
     fn authorize(&self, attributes: &Attributes) -> Decision {
         self.policy.read(|policy| policy.decide(attributes))
+    }
+
+    fn rules_for(&self, user: &str, groups: &[String], namespace: &str) -> Option<Vec<PolicyRule>> {
+        Some(
+            self.policy
+                .read(|policy| policy.rules_for(user, groups, namespace)),
+        )
     }
 }
 
