@@ -44,6 +44,8 @@ pub struct Attributes {
     pub namespace: Option<String>,
     pub name: String,
     pub user: String,
+    /// The user's groups.
+    pub groups: Vec<String>,
     pub dry_run: bool,
 }
 
@@ -215,6 +217,7 @@ mod tests {
             namespace: Some("default".into()),
             name: "x".into(),
             user: "admin".into(),
+            groups: Vec::new(),
             dry_run: false,
         }
     }

@@ -202,30 +202,30 @@ fn connection_cap(configured: usize, open_files: Option<u64>) -> usize {
     configured.min(allowed).max(1)
 }
 
-/// `system:masters`, then the modes asked for; RBAC's policy is read before the server answers.
+/// `system:masters`, then the modes asked for; RBAC's policy (returned too, for the escalation
+/// checks) is read before the server answers.
 async fn authorizer(
     modes: &[authz::Mode],
-    registry: &Registry,
+    storage: &Arc<dyn Storage>,
     tasks: &TaskTracker,
     shutdown: &CancellationToken,
-) -> Result<Arc<dyn Authorizer>, StartError> {
+) -> Result<(Arc<dyn Authorizer>, Option<Arc<authz::rbac::PolicyCache>>), StartError> {
     let mut chain: Vec<Arc<dyn Authorizer>> = vec![Arc::new(authz::Superusers)];
+    let mut rbac = None;
     for mode in modes {
         match mode {
             authz::Mode::AlwaysAllow => chain.push(Arc::new(authz::AlwaysAllow)),
             authz::Mode::Rbac => {
-                let policy = authz::rbac::PolicyCache::start(
-                    registry.storage().clone(),
-                    tasks,
-                    shutdown.clone(),
-                )
-                .await
-                .map_err(StartError::Policy)?;
-                chain.push(Arc::new(authz::rbac::Rbac::new(policy)));
+                let policy =
+                    authz::rbac::PolicyCache::start(storage.clone(), tasks, shutdown.clone())
+                        .await
+                        .map_err(StartError::Policy)?;
+                chain.push(Arc::new(authz::rbac::Rbac::new(policy.clone())));
+                rbac = Some(policy);
             }
         }
     }
-    Ok(Arc::new(authz::Chain::new(chain)))
+    Ok((Arc::new(authz::Chain::new(chain)), rbac))
 }
 
 /// Starts an apiserver on `storage`, serving until `shutdown` is cancelled.
@@ -269,22 +269,29 @@ pub async fn start(
 
     let shutdown = shutdown.child_token();
     let tasks = TaskTracker::new();
+    let (authorizer, policy) =
+        authorizer(&config.authorization_modes, &storage, &tasks, &shutdown).await?;
     let unadmitted = Registry::new(storage, Arc::new(Chain::new()), allocators)
         .with_tasks(tasks.clone(), shutdown.clone());
     let namespaces = registry::StoredNamespaces::new(unadmitted.clone());
     // Upstream's default order: NamespaceLifecycle first, then the pod plugins.
-    let admission = Chain::new()
+    let mut admission = Chain::new()
         .with_mutating(ServiceAccount)
         .with_mutating(Priority::new(namespaces.clone()))
         .with_mutating(DefaultTolerationSeconds)
         .with_validating(NamespaceLifecycle::new(namespaces));
+    if let Some(policy) = policy {
+        admission = admission.with_validating(authz::rbac::escalation::RbacEscalation::new(
+            authorizer.clone(),
+            policy,
+        ));
+    }
     let registry = unadmitted.with_admission(Arc::new(admission));
 
     let advertise = advertise_ip(&addr);
     registry::bootstrap(&registry, addr.port(), &advertise.to_string())
         .await
         .map_err(StartError::Bootstrap)?;
-    let authorizer = authorizer(&config.authorization_modes, &registry, &tasks, &shutdown).await?;
     let state = AppState::new(
         registry.clone(),
         Authenticator::new(tokens).with_anonymous(config.anonymous_auth),

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use rudder_tests::{Kubectl, RudderServer};
 
-const TOKENS: &str = "alice-token,alice,1001,\"dev\"\n";
+const TOKENS: &str = "alice-token,alice,1001,\"dev\"\ndave-token,dave,1002,\"ops\"\n";
 
 /// A kubeconfig for the server's cluster that authenticates with `token`.
 fn token_kubeconfig(server: &RudderServer, token: &str) -> PathBuf {
@@ -26,7 +26,7 @@ fn token_kubeconfig(server: &RudderServer, token: &str) -> PathBuf {
     server.write_file(&format!("kubeconfig-{token}.json"), &text)
 }
 
-/// Runs `kubectl` as alice; returns (exit code, stdout, stderr).
+/// Runs `kubectl` with `kubeconfig` (alice's or dave's); returns (exit code, stdout, stderr).
 fn as_alice(server: &RudderServer, kubeconfig: &PathBuf, args: &[&str]) -> (i32, String, String) {
     let output = server
         .kubectl_command("1.33")
@@ -258,6 +258,88 @@ fn view_in_one_namespace(storage: &str) {
     // The admin is system:masters: allowed whatever RBAC holds.
     admin.ok(&["delete", "clusterrolebinding", "cluster-admin"]);
     admin.ok(&["-n", "b", "get", "secrets"]);
+}
+
+/// dave administers namespace `a` (the `admin` role there): he may hand out what he holds and
+/// nothing more, with upstream's message naming what he lacks.
+#[test]
+fn roles_and_bindings_grant_only_what_the_writer_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.csv");
+    std::fs::write(&tokens, TOKENS).unwrap();
+    let storage = format!("sqlite://{}", dir.path().join("state.db").display());
+    let server = RudderServer::start_with_args(
+        env!("CARGO_BIN_EXE_rudder"),
+        &storage,
+        &["--token-auth-file", tokens.to_str().unwrap(), "--disable-controller-manager"],
+    );
+    let admin = Kubectl {
+        server: &server,
+        version: "1.33",
+        namespace: "a".into(),
+    };
+    admin.ok(&["create", "namespace", "a"]);
+    admin.ok(&["-n", "a", "create", "rolebinding", "dave-admin", "--clusterrole=admin", "--user=dave"]);
+    let dave = token_kubeconfig(&server, "dave-token");
+    eventually("dave administers a", || {
+        as_alice(&server, &dave, &["-n", "a", "get", "rolebindings"]).0 == 0
+    });
+
+    // What admin holds, dave may bind and put in a Role.
+    let (code, _, stderr) = as_alice(
+        &server,
+        &dave,
+        &["-n", "a", "create", "rolebinding", "alice-views", "--clusterrole=view", "--user=alice"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let (code, _, stderr) = as_alice(
+        &server,
+        &dave,
+        &["-n", "a", "create", "role", "secret-reader", "--verb=get", "--resource=secrets"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+
+    // More than he holds: refused, naming what is missing.
+    let (code, _, stderr) = as_alice(
+        &server,
+        &dave,
+        &["-n", "a", "create", "rolebinding", "dave-root", "--clusterrole=cluster-admin", "--user=dave"],
+    );
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains(
+            "rolebindings.rbac.authorization.k8s.io \"dave-root\" is forbidden: user \"dave\" (groups=[\"ops\" \"system:authenticated\"]) is attempting to grant RBAC permissions not currently held:\n{APIGroups:[\"*\"], Resources:[\"*\"], Verbs:[\"*\"]}"
+        ),
+        "{stderr}"
+    );
+    let (code, _, stderr) = as_alice(
+        &server,
+        &dave,
+        &["-n", "a", "create", "role", "node-reader", "--verb=get", "--resource=nodes"],
+    );
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("is attempting to grant RBAC permissions not currently held:\n{APIGroups:[\"\"], Resources:[\"nodes\"], Verbs:[\"get\"]}"),
+        "{stderr}"
+    );
+    // Allowed to bind that role (the `bind` verb), he may.
+    admin.ok(&["-n", "a", "create", "role", "node-reader", "--verb=get", "--resource=nodes"]);
+    let (code, _, _) = as_alice(
+        &server,
+        &dave,
+        &["-n", "a", "create", "rolebinding", "alice-nodes", "--role=node-reader", "--user=alice"],
+    );
+    assert_eq!(code, 1);
+    admin.ok(&["-n", "a", "create", "role", "binder", "--verb=bind", "--resource=roles", "--resource-name=node-reader"]);
+    admin.ok(&["-n", "a", "create", "rolebinding", "dave-binds", "--role=binder", "--user=dave"]);
+    eventually("dave binds node-reader", || {
+        as_alice(
+            &server,
+            &dave,
+            &["-n", "a", "create", "rolebinding", "alice-nodes", "--role=node-reader", "--user=alice"],
+        )
+        .0 == 0
+    });
 }
 
 #[test]

@@ -497,6 +497,7 @@ fn attributes(
         namespace,
         name: object::name(object).to_string(),
         user: write.caller.user.clone(),
+        groups: write.caller.groups.clone(),
         dry_run: write.dry_run,
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod cache;
 pub mod defaults;
+pub mod escalation;
 pub mod rules;
 
 use std::collections::HashMap;
@@ -138,6 +139,24 @@ impl Policy {
             }
         }
         granted
+    }
+
+    /// The rules of the role `role_ref` names, as a binding in `namespace` grants them;
+    /// `None` when there is no such role.
+    pub fn role_rules(&self, role_ref: &RoleRef, namespace: &str) -> Option<Vec<PolicyRule>> {
+        let exists = match role_ref.kind.as_str() {
+            "ClusterRole" => self.cluster_roles.contains_key(&role_ref.name),
+            "Role" => self
+                .roles
+                .contains_key(&(namespace.to_string(), role_ref.name.clone())),
+            _ => false,
+        };
+        exists.then(|| {
+            self.referenced_rules(role_ref, namespace)
+                .into_iter()
+                .cloned()
+                .collect()
+        })
     }
 
     /// The rules `role_ref` grants in `namespace` (a Role is looked up there).
