@@ -86,6 +86,10 @@ pub struct ServerArgs {
     /// authorization (out of the box only health and version are theirs); false: 401.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     anonymous_auth: bool,
+    /// The issuer (`iss`) of the ServiceAccount tokens this server signs, and the audience it
+    /// accepts; servers of one cluster share it.
+    #[arg(long, default_value = rudder_apiserver::authn::service_account::DEFAULT_ISSUER)]
+    service_account_issuer: String,
 }
 
 #[derive(clap::Args)]
@@ -153,6 +157,7 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
         },
         authorization_modes,
         anonymous_auth: args.anonymous_auth,
+        service_account_issuer: args.service_account_issuer,
     };
     let running =
         match rudder_apiserver::server::start(config, store.clone(), shutdown.clone()).await {

@@ -29,6 +29,7 @@ pub enum Subresource {
     Scale,
     Binding,
     Finalize,
+    Token,
 }
 
 impl Subresource {
@@ -38,14 +39,21 @@ impl Subresource {
             Self::Scale => "scale",
             Self::Binding => "binding",
             Self::Finalize => "finalize",
+            Self::Token => "token",
         }
     }
 
     /// The subresource a path segment names, if Rudder serves one by that name.
     pub fn parse(segment: &str) -> Option<Self> {
-        [Self::Status, Self::Scale, Self::Binding, Self::Finalize]
-            .into_iter()
-            .find(|sub| sub.as_str() == segment)
+        [
+            Self::Status,
+            Self::Scale,
+            Self::Binding,
+            Self::Finalize,
+            Self::Token,
+        ]
+        .into_iter()
+        .find(|sub| sub.as_str() == segment)
     }
 }
 
@@ -258,6 +266,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
     authorization::LOCAL_SUBJECT_ACCESS_REVIEWS,
     authorization::SELF_SUBJECT_RULES_REVIEWS,
     authorization::SELF_SUBJECT_REVIEWS,
+    authorization::TOKEN_REVIEWS,
 ];
 
 /// The API groups in discovery order (core first), each with its one served version.

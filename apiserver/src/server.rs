@@ -18,6 +18,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::authn::service_account::{ServiceAccountTokens, TokenSigner as ServiceAccountSigner};
 use crate::authn::{Authenticator, AuthnError, TokenFile};
 use crate::authz::{self, Authorizer};
 use crate::error::ApiError;
@@ -45,6 +46,9 @@ pub struct Config {
     /// Requests without credentials run as `system:anonymous`, judged by authorization
     /// (`--anonymous-auth`); when false they are 401.
     pub anonymous_auth: bool,
+    /// The `iss` of the ServiceAccount tokens this server issues, and the audience it accepts
+    /// (`--service-account-issuer`).
+    pub service_account_issuer: String,
 }
 
 /// Upstream's default Service ClusterIP range.
@@ -69,6 +73,7 @@ impl Config {
             limits: Limits::default(),
             authorization_modes: vec![authz::Mode::Rbac],
             anonymous_auth: true,
+            service_account_issuer: crate::authn::service_account::DEFAULT_ISSUER.into(),
         }
     }
 }
@@ -92,6 +97,8 @@ pub enum StartError {
     },
     #[error("bootstrapping the cluster: {0}")]
     Bootstrap(#[source] ApiError),
+    #[error("the service-account key: {0}")]
+    ServiceAccountKey(String),
     #[error("reading the RBAC policy: {0}")]
     Policy(#[source] rudder_storage::Error),
     #[error("writing the admin kubeconfig: {0}")]
@@ -274,6 +281,13 @@ pub async fn start(
     let unadmitted = Registry::new(storage, Arc::new(Chain::new()), allocators)
         .with_tasks(tasks.clone(), shutdown.clone());
     let namespaces = registry::StoredNamespaces::new(unadmitted.clone());
+    let signer =
+        ServiceAccountSigner::from_pem(&pki.sa_key_pem).map_err(StartError::ServiceAccountKey)?;
+    let service_accounts = Arc::new(ServiceAccountTokens::new(
+        Arc::new(signer),
+        config.service_account_issuer.clone(),
+        unadmitted.clone(),
+    ));
     // Upstream's default order: NamespaceLifecycle first, then the pod plugins.
     let mut admission = Chain::new()
         .with_mutating(ServiceAccount)
@@ -294,11 +308,14 @@ pub async fn start(
         .map_err(StartError::Bootstrap)?;
     let state = AppState::new(
         registry.clone(),
-        Authenticator::new(tokens).with_anonymous(config.anonymous_auth),
+        Authenticator::new(tokens)
+            .with_source(service_accounts.clone())
+            .with_anonymous(config.anonymous_auth),
         authorizer,
         SocketAddr::new(advertise, addr.port()).to_string(),
         &limits,
         metrics,
+        service_accounts,
     );
     state.mark_bootstrapped();
 

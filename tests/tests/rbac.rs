@@ -23,7 +23,9 @@ fn token_kubeconfig(server: &RudderServer, token: &str) -> PathBuf {
     }
     // JSON is YAML: kubectl reads it as it is.
     let text = serde_json::to_string(&config).unwrap();
-    server.write_file(&format!("kubeconfig-{token}.json"), &text)
+    static WRITTEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let index = WRITTEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    server.write_file(&format!("kubeconfig-{index}.json"), &text)
 }
 
 /// Runs `kubectl` with `kubeconfig` (alice's or dave's); returns (exit code, stdout, stderr).
@@ -271,7 +273,11 @@ fn roles_and_bindings_grant_only_what_the_writer_holds() {
     let server = RudderServer::start_with_args(
         env!("CARGO_BIN_EXE_rudder"),
         &storage,
-        &["--token-auth-file", tokens.to_str().unwrap(), "--disable-controller-manager"],
+        &[
+            "--token-auth-file",
+            tokens.to_str().unwrap(),
+            "--disable-controller-manager",
+        ],
     );
     let admin = Kubectl {
         server: &server,
@@ -279,7 +285,15 @@ fn roles_and_bindings_grant_only_what_the_writer_holds() {
         namespace: "a".into(),
     };
     admin.ok(&["create", "namespace", "a"]);
-    admin.ok(&["-n", "a", "create", "rolebinding", "dave-admin", "--clusterrole=admin", "--user=dave"]);
+    admin.ok(&[
+        "-n",
+        "a",
+        "create",
+        "rolebinding",
+        "dave-admin",
+        "--clusterrole=admin",
+        "--user=dave",
+    ]);
     let dave = token_kubeconfig(&server, "dave-token");
     eventually("dave administers a", || {
         as_alice(&server, &dave, &["-n", "a", "get", "rolebindings"]).0 == 0
@@ -289,13 +303,29 @@ fn roles_and_bindings_grant_only_what_the_writer_holds() {
     let (code, _, stderr) = as_alice(
         &server,
         &dave,
-        &["-n", "a", "create", "rolebinding", "alice-views", "--clusterrole=view", "--user=alice"],
+        &[
+            "-n",
+            "a",
+            "create",
+            "rolebinding",
+            "alice-views",
+            "--clusterrole=view",
+            "--user=alice",
+        ],
     );
     assert_eq!(code, 0, "{stderr}");
     let (code, _, stderr) = as_alice(
         &server,
         &dave,
-        &["-n", "a", "create", "role", "secret-reader", "--verb=get", "--resource=secrets"],
+        &[
+            "-n",
+            "a",
+            "create",
+            "role",
+            "secret-reader",
+            "--verb=get",
+            "--resource=secrets",
+        ],
     );
     assert_eq!(code, 0, "{stderr}");
 
@@ -303,7 +333,15 @@ fn roles_and_bindings_grant_only_what_the_writer_holds() {
     let (code, _, stderr) = as_alice(
         &server,
         &dave,
-        &["-n", "a", "create", "rolebinding", "dave-root", "--clusterrole=cluster-admin", "--user=dave"],
+        &[
+            "-n",
+            "a",
+            "create",
+            "rolebinding",
+            "dave-root",
+            "--clusterrole=cluster-admin",
+            "--user=dave",
+        ],
     );
     assert_eq!(code, 1);
     assert!(
@@ -315,7 +353,15 @@ fn roles_and_bindings_grant_only_what_the_writer_holds() {
     let (code, _, stderr) = as_alice(
         &server,
         &dave,
-        &["-n", "a", "create", "role", "node-reader", "--verb=get", "--resource=nodes"],
+        &[
+            "-n",
+            "a",
+            "create",
+            "role",
+            "node-reader",
+            "--verb=get",
+            "--resource=nodes",
+        ],
     );
     assert_eq!(code, 1);
     assert!(
@@ -323,20 +369,61 @@ fn roles_and_bindings_grant_only_what_the_writer_holds() {
         "{stderr}"
     );
     // Allowed to bind that role (the `bind` verb), he may.
-    admin.ok(&["-n", "a", "create", "role", "node-reader", "--verb=get", "--resource=nodes"]);
+    admin.ok(&[
+        "-n",
+        "a",
+        "create",
+        "role",
+        "node-reader",
+        "--verb=get",
+        "--resource=nodes",
+    ]);
     let (code, _, _) = as_alice(
         &server,
         &dave,
-        &["-n", "a", "create", "rolebinding", "alice-nodes", "--role=node-reader", "--user=alice"],
+        &[
+            "-n",
+            "a",
+            "create",
+            "rolebinding",
+            "alice-nodes",
+            "--role=node-reader",
+            "--user=alice",
+        ],
     );
     assert_eq!(code, 1);
-    admin.ok(&["-n", "a", "create", "role", "binder", "--verb=bind", "--resource=roles", "--resource-name=node-reader"]);
-    admin.ok(&["-n", "a", "create", "rolebinding", "dave-binds", "--role=binder", "--user=dave"]);
+    admin.ok(&[
+        "-n",
+        "a",
+        "create",
+        "role",
+        "binder",
+        "--verb=bind",
+        "--resource=roles",
+        "--resource-name=node-reader",
+    ]);
+    admin.ok(&[
+        "-n",
+        "a",
+        "create",
+        "rolebinding",
+        "dave-binds",
+        "--role=binder",
+        "--user=dave",
+    ]);
     eventually("dave binds node-reader", || {
         as_alice(
             &server,
             &dave,
-            &["-n", "a", "create", "rolebinding", "alice-nodes", "--role=node-reader", "--user=alice"],
+            &[
+                "-n",
+                "a",
+                "create",
+                "rolebinding",
+                "alice-nodes",
+                "--role=node-reader",
+                "--user=alice",
+            ],
         )
         .0 == 0
     });
@@ -371,4 +458,185 @@ async fn view_in_one_namespace_on_etcd() {
     tokio::task::spawn_blocking(move || view_in_one_namespace(&url))
         .await
         .unwrap();
+}
+
+/// ServiceAccount tokens: `kubectl create token` issues one that authenticates as the account
+/// (and RBAC then judges it), a pod-bound one stops working when its pod goes, a token for a
+/// deleted account or one tampered with is a plain 401, and the published JWKS verifies them.
+#[test]
+fn service_account_tokens_authenticate_until_what_they_are_bound_to_goes() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = format!("sqlite://{}", dir.path().join("state.db").display());
+    let server = RudderServer::start_with_args(
+        env!("CARGO_BIN_EXE_rudder"),
+        &storage,
+        &["--disable-controller-manager"],
+    );
+    let admin = Kubectl {
+        server: &server,
+        version: "1.33",
+        namespace: "a".into(),
+    };
+    admin.ok(&["create", "namespace", "a"]);
+    admin.ok(&["-n", "a", "create", "serviceaccount", "robot"]);
+    admin.ok(&[
+        "-n",
+        "a",
+        "run",
+        "web",
+        "--image=nginx",
+        "--overrides",
+        r#"{"spec":{"serviceAccountName":"robot"}}"#,
+    ]);
+    admin.ok(&[
+        "-n",
+        "a",
+        "create",
+        "rolebinding",
+        "robot-views",
+        "--clusterrole=view",
+        "--serviceaccount=a:robot",
+    ]);
+
+    let token = admin
+        .ok(&["-n", "a", "create", "token", "robot"])
+        .trim()
+        .to_string();
+    let robot = token_kubeconfig(&server, &token);
+    let (code, stdout, stderr) = as_alice(&server, &robot, &["auth", "whoami", "-o", "json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let whoami: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        whoami["status"]["userInfo"]["username"],
+        "system:serviceaccount:a:robot"
+    );
+    assert_eq!(
+        whoami["status"]["userInfo"]["groups"],
+        serde_json::json!([
+            "system:serviceaccounts",
+            "system:serviceaccounts:a",
+            "system:authenticated"
+        ])
+    );
+    eventually("robot lists pods", || {
+        as_alice(&server, &robot, &["-n", "a", "get", "pods"]).0 == 0
+    });
+    let (code, _, stderr) = as_alice(&server, &robot, &["-n", "a", "get", "secrets"]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("User \"system:serviceaccount:a:robot\" cannot list resource \"secrets\""),
+        "{stderr}"
+    );
+
+    // The JWKS the server publishes verifies the token, as an outside verifier would.
+    let jwks: serde_json::Value =
+        serde_json::from_str(&admin.ok(&["get", "--raw", "/openid/v1/jwks"])).unwrap();
+    let key = &jwks["keys"][0];
+    let decoding = jsonwebtoken::DecodingKey::from_ec_components(
+        key["x"].as_str().unwrap(),
+        key["y"].as_str().unwrap(),
+    )
+    .unwrap();
+    let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::ES256);
+    validation.set_audience(&["https://kubernetes.default.svc.cluster.local"]);
+    validation.set_issuer(&["https://kubernetes.default.svc.cluster.local"]);
+    let claims = jsonwebtoken::decode::<serde_json::Value>(&token, &decoding, &validation)
+        .unwrap()
+        .claims;
+    assert_eq!(claims["sub"], "system:serviceaccount:a:robot");
+    assert_eq!(claims["kubernetes.io"]["namespace"], "a");
+    let discovery: serde_json::Value =
+        serde_json::from_str(&admin.ok(&["get", "--raw", "/.well-known/openid-configuration"]))
+            .unwrap();
+    assert_eq!(
+        discovery["issuer"],
+        "https://kubernetes.default.svc.cluster.local"
+    );
+
+    // TokenReview answers for it (what a webhook or a proxy in front of the API asks).
+    let review = |token: &str| -> serde_json::Value {
+        let file = admin.file(
+            "token-review.json",
+            &serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                                "spec": {"token": token}})
+            .to_string(),
+        );
+        serde_json::from_str(&admin.ok(&["create", "-f", &file, "-o", "json"])).unwrap()
+    };
+    let answer = review(&token);
+    assert_eq!(answer["status"]["authenticated"], true, "{answer}");
+    assert_eq!(
+        answer["status"]["user"]["username"],
+        "system:serviceaccount:a:robot"
+    );
+    assert_eq!(
+        answer["spec"]["token"], "",
+        "the answer does not echo the token"
+    );
+
+    // A changed signature, and too short a life, are refused.
+    let mut tampered = token.clone();
+    tampered.pop();
+    tampered.push(if token.ends_with('A') { 'B' } else { 'A' });
+    let (code, _, stderr) = as_alice(
+        &server,
+        &token_kubeconfig(&server, &tampered),
+        &["-n", "a", "get", "pods"],
+    );
+    assert_eq!(code, 1);
+    assert!(stderr.contains("Unauthorized"), "{stderr}");
+    let answer = review(&tampered);
+    assert_eq!(
+        answer["status"]["authenticated"],
+        serde_json::Value::Null,
+        "{answer}"
+    );
+    assert_eq!(answer["status"]["error"], "invalid bearer token");
+    let stderr = admin.fails(&["-n", "a", "create", "token", "robot", "--duration=5m"]);
+    assert!(
+        stderr.contains("may not specify a duration less than 10 minutes"),
+        "{stderr}"
+    );
+
+    // Bound to the pod: valid while the pod is, refused once it is deleted.
+    let bound = admin
+        .ok(&[
+            "-n",
+            "a",
+            "create",
+            "token",
+            "robot",
+            "--bound-object-kind=Pod",
+            "--bound-object-name=web",
+        ])
+        .trim()
+        .to_string();
+    let bound_kubeconfig = token_kubeconfig(&server, &bound);
+    let (code, stdout, _) = as_alice(
+        &server,
+        &bound_kubeconfig,
+        &["auth", "whoami", "-o", "json"],
+    );
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("authentication.kubernetes.io/pod-name"),
+        "{stdout}"
+    );
+    admin.ok(&[
+        "-n",
+        "a",
+        "delete",
+        "pod",
+        "web",
+        "--grace-period=0",
+        "--force",
+    ]);
+    let (code, _, stderr) = as_alice(&server, &bound_kubeconfig, &["-n", "a", "get", "pods"]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("Unauthorized"), "{stderr}");
+    // The unbound token goes with its account.
+    admin.ok(&["-n", "a", "delete", "serviceaccount", "robot"]);
+    let (code, _, stderr) = as_alice(&server, &robot, &["-n", "a", "get", "pods"]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("Unauthorized"), "{stderr}");
 }

@@ -2,6 +2,7 @@
 //! token file. Authenticated users always get the `system:authenticated` group.
 
 pub mod impersonation;
+pub mod service_account;
 pub mod token_file;
 pub mod x509;
 
@@ -62,10 +63,24 @@ pub enum AuthnError {
     },
 }
 
+/// A source of bearer tokens other than the static file (ServiceAccount tokens).
+#[async_trait::async_trait]
+pub trait TokenSource: Send + Sync {
+    /// `Ok(Some)`: the token is this source's and valid; `Ok(None)`: not this source's;
+    /// `Err`: this source's, and invalid.
+    async fn authenticate_token(&self, token: &str) -> Result<Option<UserInfo>, AuthnError>;
+
+    /// The audiences this source's tokens must carry one of (none: it has no audiences).
+    fn audiences(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
 /// The authenticator chain.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct Authenticator {
     tokens: Option<TokenFile>,
+    sources: Vec<std::sync::Arc<dyn TokenSource>>,
     /// Requests without credentials run as `system:anonymous` (else they are 401).
     anonymous: bool,
 }
@@ -76,8 +91,15 @@ impl Authenticator {
     pub fn new(tokens: Option<TokenFile>) -> Self {
         Self {
             tokens,
+            sources: Vec::new(),
             anonymous: true,
         }
+    }
+
+    /// Also accepts the bearer tokens `source` vouches for (after the static file).
+    pub fn with_source(mut self, source: std::sync::Arc<dyn TokenSource>) -> Self {
+        self.sources.push(source);
+        self
     }
 
     /// Whether requests without credentials are `system:anonymous` (`--anonymous-auth`).
@@ -90,13 +112,24 @@ impl Authenticator {
         self.anonymous
     }
 
+    /// The audiences the API accepts in tokens (its sources', or the default issuer).
+    pub fn api_audiences(&self) -> Vec<String> {
+        let mut audiences: Vec<String> = self
+            .sources
+            .iter()
+            .flat_map(|source| source.audiences())
+            .collect();
+        audiences.dedup();
+        audiences
+    }
+
     /// Authenticate a request from its verified client certificate chain (leaf first) and its
     /// `Authorization` header value. `Ok(None)`: no usable credentials (anonymous);
     /// `Err`: credentials were presented but are invalid. Both end in 401.
     ///
-    /// A bearer token is only considered when a token file is configured (as upstream, where the
-    /// bearer authenticator exists only with a token source); other schemes are ignored.
-    pub fn authenticate(
+    /// A bearer token is only considered when a token authenticator exists (the static file or
+    /// a token source, as upstream); other schemes are ignored.
+    pub async fn authenticate(
         &self,
         peer_certs: Option<&[CertificateDer<'static>]>,
         authorization_header: Option<&str>,
@@ -106,19 +139,24 @@ impl Authenticator {
                 return Ok(Some(with_authenticated_group(user)));
             }
         }
-        let Some(tokens) = &self.tokens else {
+        if self.tokens.is_none() && self.sources.is_empty() {
             return Ok(None);
-        };
+        }
         let Some(token) = authorization_header.and_then(bearer_token) else {
             return Ok(None);
         };
         if token.is_empty() {
             return Err(AuthnError::InvalidBearerToken);
         }
-        match tokens.lookup(token) {
-            Some(user) => Ok(Some(with_authenticated_group(user.clone()))),
-            None => Err(AuthnError::InvalidBearerToken),
+        if let Some(user) = self.tokens.as_ref().and_then(|tokens| tokens.lookup(token)) {
+            return Ok(Some(with_authenticated_group(user.clone())));
         }
+        for source in &self.sources {
+            if let Some(user) = source.authenticate_token(token).await? {
+                return Ok(Some(with_authenticated_group(user)));
+            }
+        }
+        Err(AuthnError::InvalidBearerToken)
     }
 }
 

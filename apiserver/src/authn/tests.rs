@@ -27,11 +27,15 @@ fn tokens() -> TokenFile {
     TokenFile::parse("secret,alice,1001,\"dev,ops\"\nplain,bob,1002\n").unwrap()
 }
 
-#[test]
-fn x509_user_and_groups() {
+#[tokio::test]
+async fn x509_user_and_groups() {
     let auth = Authenticator::new(Some(tokens()));
     let chain = [cert(Some("jane"), &["system:masters", "team-a"])];
-    let user = auth.authenticate(Some(&chain), None).unwrap().unwrap();
+    let user = auth
+        .authenticate(Some(&chain), None)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(user.name, "jane");
     assert_eq!(user.uid, "");
     assert_eq!(
@@ -40,45 +44,48 @@ fn x509_user_and_groups() {
     );
 }
 
-#[test]
-fn x509_wins_over_token() {
+#[tokio::test]
+async fn x509_wins_over_token() {
     let auth = Authenticator::new(Some(tokens()));
     let chain = [cert(Some("jane"), &[])];
     let user = auth
         .authenticate(Some(&chain), Some("Bearer secret"))
+        .await
         .unwrap()
         .unwrap();
     assert_eq!(user.name, "jane");
     assert_eq!(user.groups, [AUTHENTICATED_GROUP]);
 }
 
-#[test]
-fn certificate_without_cn_falls_through_to_token() {
+#[tokio::test]
+async fn certificate_without_cn_falls_through_to_token() {
     let auth = Authenticator::new(Some(tokens()));
     let chain = [cert(None, &["x"])];
-    assert_eq!(auth.authenticate(Some(&chain), None).unwrap(), None);
+    assert_eq!(auth.authenticate(Some(&chain), None).await.unwrap(), None);
     let user = auth
         .authenticate(Some(&chain), Some("Bearer plain"))
+        .await
         .unwrap()
         .unwrap();
     assert_eq!(user.name, "bob");
 }
 
-#[test]
-fn garbage_certificate_is_an_error() {
+#[tokio::test]
+async fn garbage_certificate_is_an_error() {
     let auth = Authenticator::new(None);
     let chain = [CertificateDer::from(vec![0x30, 0x03, 0x02, 0x01, 0x00])];
     assert!(matches!(
-        auth.authenticate(Some(&chain), None),
+        auth.authenticate(Some(&chain), None).await,
         Err(AuthnError::InvalidCertificate(_))
     ));
 }
 
-#[test]
-fn bearer_tokens() {
+#[tokio::test]
+async fn bearer_tokens() {
     let auth = Authenticator::new(Some(tokens()));
     let user = auth
         .authenticate(None, Some("Bearer secret"))
+        .await
         .unwrap()
         .unwrap();
     assert_eq!(
@@ -93,39 +100,48 @@ fn bearer_tokens() {
     // Scheme is case-insensitive, surrounding whitespace is ignored.
     let user = auth
         .authenticate(None, Some("  bearer plain "))
+        .await
         .unwrap()
         .unwrap();
     assert_eq!(user.name, "bob");
     assert!(matches!(
-        auth.authenticate(None, Some("Bearer wrong")),
+        auth.authenticate(None, Some("Bearer wrong")).await,
         Err(AuthnError::InvalidBearerToken)
     ));
     assert!(matches!(
-        auth.authenticate(None, Some("Bearer  secret")),
+        auth.authenticate(None, Some("Bearer  secret")).await,
         Err(AuthnError::InvalidBearerToken)
     ));
     assert_eq!(
-        auth.authenticate(None, Some("Basic YWxpY2U6eA==")).unwrap(),
+        auth.authenticate(None, Some("Basic YWxpY2U6eA=="))
+            .await
+            .unwrap(),
         None
     );
-    assert_eq!(auth.authenticate(None, Some("Bearer")).unwrap(), None);
-    assert_eq!(auth.authenticate(None, None).unwrap(), None);
-    assert_eq!(auth.authenticate(Some(&[]), None).unwrap(), None);
+    assert_eq!(auth.authenticate(None, Some("Bearer")).await.unwrap(), None);
+    assert_eq!(auth.authenticate(None, None).await.unwrap(), None);
+    assert_eq!(auth.authenticate(Some(&[]), None).await.unwrap(), None);
 }
 
-#[test]
-fn no_token_file_ignores_bearer() {
+#[tokio::test]
+async fn no_token_file_ignores_bearer() {
     let auth = Authenticator::new(None);
     assert_eq!(
-        auth.authenticate(None, Some("Bearer secret")).unwrap(),
+        auth.authenticate(None, Some("Bearer secret"))
+            .await
+            .unwrap(),
         None
     );
 }
 
-#[test]
-fn authenticated_group_not_duplicated() {
+#[tokio::test]
+async fn authenticated_group_not_duplicated() {
     let auth = Authenticator::new(None);
     let chain = [cert(Some("x"), &[AUTHENTICATED_GROUP])];
-    let user = auth.authenticate(Some(&chain), None).unwrap().unwrap();
+    let user = auth
+        .authenticate(Some(&chain), None)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(user.groups, [AUTHENTICATED_GROUP]);
 }

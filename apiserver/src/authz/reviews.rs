@@ -8,7 +8,7 @@ use k8s_openapi::api::rbac::v1::PolicyRule;
 use serde_json::{json, Value};
 
 use super::{Attributes, Authorizer, Decision};
-use crate::authn::UserInfo;
+use crate::authn::{Authenticator, UserInfo};
 use crate::error::{ApiError, Cause};
 
 fn text(value: &Value) -> String {
@@ -217,6 +217,52 @@ pub fn review_rules(
         "SelfSubjectRulesReview",
         status,
     ))
+}
+
+/// Answers a TokenReview: whose `spec.token` is, for `spec.audiences` (default: the API's).
+pub async fn review_token(authenticator: &Authenticator, review: &Value) -> Value {
+    let token = text(&review["spec"]["token"]);
+    let wanted: Vec<String> = review["spec"]["audiences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(text)
+        .collect();
+    let accepted = authenticator.api_audiences();
+    let audiences: Vec<String> = if wanted.is_empty() {
+        accepted.clone()
+    } else {
+        wanted
+            .into_iter()
+            .filter(|aud| accepted.contains(aud))
+            .collect()
+    };
+    let found = if audiences.is_empty() || token.is_empty() {
+        None
+    } else {
+        authenticator
+            .authenticate(None, Some(&format!("Bearer {token}")))
+            .await
+            .ok()
+            .flatten()
+    };
+    let status = match found {
+        Some(user) => {
+            let mut info = json!({"username": user.name, "groups": user.groups});
+            if !user.uid.is_empty() {
+                info["uid"] = json!(user.uid);
+            }
+            if !user.extra.is_empty() {
+                info["extra"] = json!(user.extra);
+            }
+            json!({"authenticated": true, "user": info, "audiences": audiences})
+        }
+        None => json!({"user": {}, "error": "invalid bearer token"}),
+    };
+    let mut answer = answered(review, "authentication.k8s.io/v1", "TokenReview", status);
+    // The token is the client's secret: the answer does not echo it.
+    answer["spec"]["token"] = json!("");
+    answer
 }
 
 /// Answers a SelfSubjectReview: who the caller is, as authentication found it.

@@ -14,6 +14,7 @@ mod discovery;
 mod health;
 mod inflight;
 pub mod metrics;
+mod oidc;
 mod openapi;
 mod resources;
 mod respond;
@@ -31,6 +32,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 use tracing::Instrument;
 
+use crate::authn::service_account::ServiceAccountTokens;
 use crate::authn::{impersonation, Authenticator, UserInfo};
 use crate::authz::Authorizer;
 use crate::error::ApiError;
@@ -51,6 +53,8 @@ pub struct AppState {
     pub advertise: String,
     /// The in-flight budgets and the request timeout.
     pub request_limits: Arc<inflight::RequestLimits>,
+    /// Issues ServiceAccount tokens (TokenRequest) and publishes their key (OIDC discovery).
+    pub service_accounts: Arc<ServiceAccountTokens>,
 }
 
 impl AppState {
@@ -61,6 +65,7 @@ impl AppState {
         advertise: String,
         limits: &crate::limits::Limits,
         metrics: Arc<Metrics>,
+        service_accounts: Arc<ServiceAccountTokens>,
     ) -> Self {
         let health = Arc::new(health::Health::new(registry.storage().clone()));
         Self {
@@ -71,6 +76,7 @@ impl AppState {
             health,
             advertise,
             request_limits: Arc::new(inflight::RequestLimits::new(limits)),
+            service_accounts,
         }
     }
 
@@ -91,6 +97,11 @@ pub fn router(state: AppState) -> Router {
         .route("/livez/{check}", axum::routing::get(health::livez_one))
         .route("/readyz", axum::routing::get(health::readyz))
         .route("/readyz/{check}", axum::routing::get(health::readyz_one))
+        .route(
+            "/.well-known/openid-configuration",
+            axum::routing::get(oidc::configuration),
+        )
+        .route("/openid/v1/jwks", axum::routing::get(oidc::jwks))
         .route("/openapi/v2", axum::routing::get(openapi::v2))
         .route("/openapi/v3", axum::routing::get(openapi::v3_index))
         .route(
@@ -136,10 +147,13 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
         .get(http::header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
         .map(str::to_string);
-    let user = state.authenticator.authenticate(
-        certificates.as_deref().map(Vec::as_slice),
-        authorization.as_deref(),
-    );
+    let user = state
+        .authenticator
+        .authenticate(
+            certificates.as_deref().map(Vec::as_slice),
+            authorization.as_deref(),
+        )
+        .await;
     let requester = match user {
         Ok(Some(user)) => user,
         Ok(None) if state.authenticator.allows_anonymous() => UserInfo::anonymous(),

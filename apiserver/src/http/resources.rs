@@ -412,13 +412,14 @@ async fn create(call: &Call<'_>, body: Body) -> Result<Response> {
     let resource = target.resource;
     let reviewers = Reviewers {
         authorizer: call.state.authorizer.as_ref(),
+        authenticator: call.state.authenticator.as_ref(),
     };
     if let Some(answer) =
         resource
             .strategy
             .review(&reviewers, call.caller, target.namespace, &input.object)
     {
-        return Ok(call.object(StatusCode::CREATED, &answer?, &[]));
+        return Ok(call.object(StatusCode::CREATED, &answer.await?, &[]));
     }
     let registry = &call.state.registry;
     match (target.subresource, call.info.name.as_deref()) {
@@ -431,6 +432,20 @@ async fn create(call: &Call<'_>, body: Body) -> Result<Response> {
                 StatusCode::CREATED,
                 codec::Format::Json,
                 &status,
+                &[],
+            ))
+        }
+        (Some(Subresource::Token), Some(name)) => {
+            let namespace = target.namespace.unwrap_or("");
+            let answer = call
+                .state
+                .service_accounts
+                .issue(namespace, name, &input.object)
+                .await?;
+            Ok(respond::encoded(
+                StatusCode::CREATED,
+                codec::Format::Json,
+                &answer,
                 &[],
             ))
         }

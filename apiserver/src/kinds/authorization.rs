@@ -2,6 +2,7 @@
 //! answered on create (authz/reviews.rs), never stored, so most rules never apply; the entries
 //! still decide each one. One strategy serves them all, told apart by what answers them.
 
+use futures::future::BoxFuture;
 use serde_json::Value;
 
 use super::{Reviewers, Strategy};
@@ -17,9 +18,17 @@ use crate::validation::{Errs, NameRule};
 /// How one review kind is answered: by whom, for which namespace, about what.
 type Answer = fn(&Reviewers, &UserInfo, Option<&str>, &Value) -> Result<Value, ApiError>;
 
+/// Who answers a review kind.
+pub enum Answerer {
+    /// The authorizer, at once.
+    Now(Answer),
+    /// The authenticator, which may read the store (TokenReview).
+    Token,
+}
+
 /// The rules of a review kind.
 pub struct ReviewStrategy {
-    answer: Answer,
+    answer: Answerer,
 }
 
 impl Strategy for ReviewStrategy {
@@ -43,14 +52,19 @@ impl Strategy for ReviewStrategy {
         &METADATA_ONLY
     }
 
-    fn review(
-        &self,
-        reviewers: &Reviewers,
-        asker: &UserInfo,
-        namespace: Option<&str>,
-        object: &Value,
-    ) -> Option<Result<Value, ApiError>> {
-        Some((self.answer)(reviewers, asker, namespace, object))
+    fn review<'a>(
+        &'a self,
+        reviewers: &'a Reviewers<'a>,
+        asker: &'a UserInfo,
+        namespace: Option<&'a str>,
+        object: &'a Value,
+    ) -> Option<BoxFuture<'a, Result<Value, ApiError>>> {
+        Some(Box::pin(async move {
+            match &self.answer {
+                Answerer::Now(answer) => answer(reviewers, asker, namespace, object),
+                Answerer::Token => Ok(reviews::review_token(reviewers.authenticator, object).await),
+            }
+        }))
     }
 }
 
@@ -85,12 +99,12 @@ pub const SELF_SUBJECT_ACCESS_REVIEWS: ResourceInfo = review!(
     "selfsubjectaccessreviews",
     "selfsubjectaccessreview",
     false,
-    |reviewers, asker, _, object| Ok(reviews::review_self(
+    Answerer::Now(|reviewers, asker, _, object| Ok(reviews::review_self(
         reviewers.authorizer,
         &asker.name,
         &asker.groups,
         object
-    ))
+    )))
 );
 
 /// authorization.k8s.io/v1 SubjectAccessReview: may they?
@@ -101,7 +115,11 @@ pub const SUBJECT_ACCESS_REVIEWS: ResourceInfo = review!(
     "subjectaccessreviews",
     "subjectaccessreview",
     false,
-    |reviewers, _, _, object| reviews::review_subject(reviewers.authorizer, object, None)
+    Answerer::Now(|reviewers, _, _, object| reviews::review_subject(
+        reviewers.authorizer,
+        object,
+        None
+    ))
 );
 
 /// authorization.k8s.io/v1 LocalSubjectAccessReview: may they, in this namespace?
@@ -112,9 +130,9 @@ pub const LOCAL_SUBJECT_ACCESS_REVIEWS: ResourceInfo = review!(
     "localsubjectaccessreviews",
     "localsubjectaccessreview",
     true,
-    |reviewers, _, namespace, object| {
+    Answerer::Now(|reviewers, _, namespace, object| {
         reviews::review_subject(reviewers.authorizer, object, Some(namespace.unwrap_or("")))
-    }
+    })
 );
 
 /// authorization.k8s.io/v1 SelfSubjectRulesReview: what may I do here?
@@ -125,7 +143,11 @@ pub const SELF_SUBJECT_RULES_REVIEWS: ResourceInfo = review!(
     "selfsubjectrulesreviews",
     "selfsubjectrulesreview",
     false,
-    |reviewers, asker, _, object| reviews::review_rules(reviewers.authorizer, asker, object)
+    Answerer::Now(|reviewers, asker, _, object| reviews::review_rules(
+        reviewers.authorizer,
+        asker,
+        object
+    ))
 );
 
 /// authentication.k8s.io/v1 SelfSubjectReview: who am I?
@@ -136,9 +158,20 @@ pub const SELF_SUBJECT_REVIEWS: ResourceInfo = review!(
     "selfsubjectreviews",
     "selfsubjectreview",
     false,
-    |_, asker, _, object| Ok(reviews::review_identity(
+    Answerer::Now(|_, asker, _, object| Ok(reviews::review_identity(
         asker,
         object,
         "authentication.k8s.io/v1"
-    ))
+    )))
+);
+
+/// authentication.k8s.io/v1 TokenReview: whose is this token?
+pub const TOKEN_REVIEWS: ResourceInfo = review!(
+    "authentication.k8s.io",
+    "v1",
+    "TokenReview",
+    "tokenreviews",
+    "tokenreview",
+    false,
+    Answerer::Token
 );

@@ -23,7 +23,8 @@ pub const SECRETS: ResourceInfo = resource!("", "v1", "Secret", "secrets", "secr
 
 /// core/v1 ServiceAccount.
 pub const SERVICE_ACCOUNTS: ResourceInfo = resource!("", "v1", "ServiceAccount", "serviceaccounts", "serviceaccount", true, short: &["sa"], categories: NONE,
-        sub: &[], prefix: "/registry/serviceaccounts", k8s::core::v1::ServiceAccount,
+        sub: &[SubresourceInfo { name: Subresource::Token, kind: GroupVersionKind { group: "authentication.k8s.io", version: "v1", kind: "TokenRequest" }, verbs: CREATE_ONLY }],
+        prefix: "/registry/serviceaccounts", k8s::core::v1::ServiceAccount,
         strategy: &ServiceAccountStrategy, printer: &tables::core::ServiceAccountTable);
 
 /// The rules of ConfigMap objects.

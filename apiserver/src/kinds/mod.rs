@@ -13,7 +13,9 @@
 
 use serde_json::Value;
 
-use crate::authn::UserInfo;
+use futures::future::BoxFuture;
+
+use crate::authn::{Authenticator, UserInfo};
 use crate::authz::Authorizer;
 use crate::catalog::Subresource;
 use crate::error::ApiError;
@@ -102,15 +104,15 @@ pub trait Strategy: Sync {
     fn allocates_service_addresses(&self) -> bool {
         false
     }
-    /// For a kind that is answered rather than stored (access reviews): the answer to a create
-    /// of `object` by `asker` in `namespace`. `None` for a stored kind.
-    fn review(
-        &self,
-        _reviewers: &Reviewers,
-        _asker: &UserInfo,
-        _namespace: Option<&str>,
-        _object: &Value,
-    ) -> Option<Result<Value, ApiError>> {
+    /// For a kind that is answered rather than stored (access and token reviews): the answer
+    /// to a create of `object` by `asker` in `namespace`. `None` for a stored kind.
+    fn review<'a>(
+        &'a self,
+        _reviewers: &'a Reviewers<'a>,
+        _asker: &'a UserInfo,
+        _namespace: Option<&'a str>,
+        _object: &'a Value,
+    ) -> Option<BoxFuture<'a, Result<Value, ApiError>>> {
         None
     }
 }
@@ -118,4 +120,5 @@ pub trait Strategy: Sync {
 /// What answers the review kinds.
 pub struct Reviewers<'a> {
     pub authorizer: &'a dyn Authorizer,
+    pub authenticator: &'a Authenticator,
 }

@@ -94,6 +94,31 @@ pub fn cluster_roles() -> Vec<Value> {
             )],
         ),
         cluster_role(
+            "system:service-account-issuer-discovery",
+            &[],
+            vec![paths(
+                &[
+                    "/.well-known/openid-configuration",
+                    "/.well-known/openid-configuration/",
+                    "/openid/v1/jwks",
+                    "/openid/v1/jwks/",
+                ],
+                &["get"],
+            )],
+        ),
+        cluster_role(
+            "system:auth-delegator",
+            &[],
+            vec![
+                rule(&["authentication.k8s.io"], &["tokenreviews"], &["create"]),
+                rule(
+                    &["authorization.k8s.io"],
+                    &["subjectaccessreviews"],
+                    &["create"],
+                ),
+            ],
+        ),
+        cluster_role(
             "system:basic-user",
             &[],
             vec![
@@ -316,6 +341,11 @@ pub fn cluster_role_bindings() -> Vec<Value> {
             "system:basic-user",
             "system:basic-user",
             &["system:authenticated"],
+        ),
+        binding(
+            "system:service-account-issuer-discovery",
+            "system:service-account-issuer-discovery",
+            &["system:serviceaccounts"],
         ),
         binding(
             "system:public-info-viewer",

@@ -88,11 +88,16 @@ impl Validating for RbacEscalation {
         };
         match attributes.resource.as_str() {
             "roles" | "clusterroles" => {
-                if self.allowed(attributes, "escalate", &attributes.resource, &attributes.name) {
+                if self.allowed(
+                    attributes,
+                    "escalate",
+                    &attributes.resource,
+                    &attributes.name,
+                ) {
                     return Ok(());
                 }
-                let rules: Vec<PolicyRule> = serde_json::from_value(object["rules"].clone())
-                    .unwrap_or_default();
+                let rules: Vec<PolicyRule> =
+                    serde_json::from_value(object["rules"].clone()).unwrap_or_default();
                 self.check_held(attributes, &rules)
             }
             "rolebindings" | "clusterrolebindings" => {
@@ -109,7 +114,9 @@ impl Validating for RbacEscalation {
                     return Ok(());
                 }
                 let namespace = attributes.namespace.as_deref().unwrap_or("");
-                let Some(rules) = self.policy.read(|policy| policy.role_rules(&role_ref, namespace))
+                let Some(rules) = self
+                    .policy
+                    .read(|policy| policy.role_rules(&role_ref, namespace))
                 else {
                     return Err(Denied::forbidden(format!(
                         "{}.{GROUP} \"{}\" is forbidden: {} \"{}\" not found",
@@ -176,7 +183,10 @@ fn atoms(rule: &PolicyRule) -> Vec<Atom> {
 }
 
 fn has(values: &Option<Vec<String>>, wanted: &str) -> bool {
-    values.iter().flatten().any(|value| value == "*" || value == wanted)
+    values
+        .iter()
+        .flatten()
+        .any(|value| value == "*" || value == wanted)
 }
 
 /// Whether an owner's `rule` covers the permission `atom` (a wildcard covers only what it
@@ -266,9 +276,11 @@ fn compact(missing: &[Atom]) -> Vec<String> {
             )
         })
         .collect();
-    lines.extend(urls.into_iter().map(|(url, verbs)| {
-        format!("{{NonResourceURLs:[{url:?}], Verbs:[{}]}}", quoted(&verbs))
-    }));
+    lines.extend(
+        urls.into_iter().map(|(url, verbs)| {
+            format!("{{NonResourceURLs:[{url:?}], Verbs:[{}]}}", quoted(&verbs))
+        }),
+    );
     lines
 }
 
@@ -293,7 +305,11 @@ mod tests {
             rule(&["apps"], &["*/scale"], &["update"]),
         ];
         assert!(uncovered(&held, &[rule(&[""], &["pods"], &["get"])]).is_empty());
-        assert!(uncovered(&held, &[rule(&["apps"], &["deployments/scale"], &["update"])]).is_empty());
+        assert!(uncovered(
+            &held,
+            &[rule(&["apps"], &["deployments/scale"], &["update"])]
+        )
+        .is_empty());
         let missing = uncovered(
             &held,
             &[
@@ -328,7 +344,10 @@ mod tests {
         let mut wants_one = rule(&[""], &["configmaps"], &["get"]);
         wants_one.resource_names = Some(vec!["one".into()]);
         assert!(uncovered(std::slice::from_ref(&named), &[wants_one]).is_empty());
-        assert_eq!(uncovered(&[named], &[rule(&[""], &["configmaps"], &["get"])]).len(), 1);
+        assert_eq!(
+            uncovered(&[named], &[rule(&[""], &["configmaps"], &["get"])]).len(),
+            1
+        );
         let urls = |list: &[&str]| PolicyRule {
             verbs: vec!["get".into()],
             non_resource_urls: Some(list.iter().map(|u| u.to_string()).collect()),
