@@ -90,6 +90,11 @@ pub struct ServerArgs {
     /// accepts; servers of one cluster share it.
     #[arg(long, default_value = rudder_apiserver::authn::service_account::DEFAULT_ISSUER)]
     service_account_issuer: String,
+    /// The cluster token: it seals the cluster's CA and ServiceAccount key in the store, so a
+    /// server started with the same token on the same store joins the same cluster (default:
+    /// the data dir's `token` file, made on first start).
+    #[arg(long, env = "RUDDER_TOKEN", hide_env_values = true)]
+    token: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -158,6 +163,7 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
         authorization_modes,
         anonymous_auth: args.anonymous_auth,
         service_account_issuer: args.service_account_issuer,
+        cluster_token: args.token,
     };
     let running =
         match rudder_apiserver::server::start(config, store.clone(), shutdown.clone()).await {

@@ -24,6 +24,7 @@ use crate::authz::{self, Authorizer};
 use crate::error::ApiError;
 use crate::http::{router, AppState, Metrics};
 use crate::limits::Limits;
+use crate::pki::cluster::{self, ClusterError};
 use crate::pki::{self, Pki, PkiError};
 use crate::registry::{self, Allocators, Cidr, Registry};
 
@@ -49,6 +50,9 @@ pub struct Config {
     /// The `iss` of the ServiceAccount tokens this server issues, and the audience it accepts
     /// (`--service-account-issuer`).
     pub service_account_issuer: String,
+    /// The cluster token that seals the cluster's CA and keys in the store (`--token`); `None`:
+    /// the data dir's `token` file, created on first start.
+    pub cluster_token: Option<String>,
 }
 
 /// Upstream's default Service ClusterIP range.
@@ -74,6 +78,7 @@ impl Config {
             authorization_modes: vec![authz::Mode::Rbac],
             anonymous_auth: true,
             service_account_issuer: crate::authn::service_account::DEFAULT_ISSUER.into(),
+            cluster_token: None,
         }
     }
 }
@@ -97,6 +102,8 @@ pub enum StartError {
     },
     #[error("bootstrapping the cluster: {0}")]
     Bootstrap(#[source] ApiError),
+    #[error("{0}")]
+    Cluster(#[source] ClusterError),
     #[error("the service-account key: {0}")]
     ServiceAccountKey(String),
     #[error("reading the RBAC policy: {0}")]
@@ -256,12 +263,21 @@ pub async fn start(
         config.service_node_port_range.clone(),
     );
     let first_service_ip = allocators.first_service_ip();
-    let pki = Pki::load_or_create(
-        &config.data_dir,
-        &config.tls_sans,
-        &[IpAddr::V4(first_service_ip)],
+    // The cluster's CA and ServiceAccount key come from the store when another server put them
+    // there (same token), else this server's own are published for the next.
+    let token = cluster::token(config.cluster_token.as_deref(), &config.data_dir)
+        .map_err(StartError::Pki)?;
+    let service_ips = [IpAddr::V4(first_service_ip)];
+    let load_pki = || Pki::load_or_create(&config.data_dir, &config.tls_sans, &service_ips);
+    let joined = cluster::share(
+        storage.as_ref(),
+        &token,
+        &config.data_dir.join("pki"),
+        || load_pki().map(|_| ()),
     )
-    .map_err(StartError::Pki)?;
+    .await
+    .map_err(StartError::Cluster)?;
+    let pki = load_pki().map_err(StartError::Pki)?;
     let tls = pki.server_config().map_err(StartError::Pki)?;
     let tokens = match &config.token_auth_file {
         Some(path) => Some(TokenFile::load(path).map_err(StartError::TokenFile)?),
@@ -337,7 +353,7 @@ pub async fn start(
         shutdown.clone(),
         limits,
     ));
-    tracing::info!(%addr, url = %server_url, kubeconfig = %kubeconfig.display(), "apiserver listening");
+    tracing::info!(%addr, url = %server_url, kubeconfig = %kubeconfig.display(), cluster = ?joined, "apiserver listening");
     Ok(Running {
         addr,
         kubeconfig,

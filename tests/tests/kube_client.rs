@@ -444,8 +444,13 @@ where
 
 /// Two apiservers on one store: a watch through one sees a write through the other.
 async fn two_servers_share_watches(harness: Box<dyn Harness>) {
-    let (first, _first_dir) = start(harness.as_ref()).await;
-    let (second, _second_dir) = start(harness.as_ref()).await;
+    let (first, first_dir) = start(harness.as_ref()).await;
+    // The second server joins the first's cluster: the same store and the same token.
+    let token = std::fs::read_to_string(first_dir.path().join("token")).unwrap();
+    let (second, _second_dir) = rudder_tests::start_apiserver(harness.as_ref(), |config| {
+        config.cluster_token = Some(token.trim().to_string())
+    })
+    .await;
     let watching: Api<ConfigMap> = Api::namespaced(client(&first).await, "default");
     let writing: Api<ConfigMap> = Api::namespaced(client(&second).await, "default");
     let mut events = std::pin::pin!(watcher(

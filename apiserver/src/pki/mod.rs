@@ -1,6 +1,7 @@
 //! Cluster PKI: the CA, the apiserver's serving certificate, the admin client certificate and
 //! the service-account signing key, kept under `<data_dir>/pki/` and created on first start.
 
+pub mod cluster;
 mod der;
 pub mod host;
 mod issue;
