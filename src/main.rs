@@ -32,7 +32,7 @@ enum Command {
     Version,
     /// Run Rudder all-in-one: the Kubernetes API (HTTPS) over the embedded SQLite store or
     /// the store --storage names.
-    Server(serve::ServerArgs),
+    Server(Box<serve::ServerArgs>),
     /// Print the admin kubeconfig `rudder server` wrote.
     Kubeconfig(serve::KubeconfigArgs),
     /// Serve a store as the etcd v3 gRPC API (KV, Watch, Lease, Maintenance, Cluster).
@@ -116,7 +116,7 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Server(args) => serve::server(args, shutdown_on_signal()).await,
+            Command::Server(args) => serve::server(*args, shutdown_on_signal()).await,
             Command::Etcd(args) => gateway::etcd(args, shutdown_on_signal()).await,
             Command::ControllerManager(args) => {
                 controller_manager::run(args, shutdown_on_signal()).await

@@ -95,6 +95,22 @@ pub struct ServerArgs {
     /// the data dir's `token` file, made on first start).
     #[arg(long, env = "RUDDER_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// Write audit events (audit.k8s.io/v1, one JSON line each) here; `-` for stdout.
+    #[arg(long)]
+    audit_log_path: Option<PathBuf>,
+    /// The audit policy (audit.k8s.io/v1 Policy); without it every request is logged at
+    /// Metadata (no bodies).
+    #[arg(long)]
+    audit_policy_file: Option<PathBuf>,
+    /// Rotate the audit log at this many megabytes (0: never).
+    #[arg(long, default_value_t = 0)]
+    audit_log_maxsize: u64,
+    /// Rotated audit logs to keep (0: all).
+    #[arg(long, default_value_t = 0)]
+    audit_log_maxbackup: usize,
+    /// Days to keep rotated audit logs (0: for ever).
+    #[arg(long, default_value_t = 0)]
+    audit_log_maxage: u64,
 }
 
 #[derive(clap::Args)]
@@ -143,6 +159,19 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
     } else {
         Some(rudder_controllers::Selection::parse(&args.controllers)?)
     };
+    let audit = match (args.audit_log_path, args.audit_policy_file) {
+        (Some(log_path), policy_file) => Some(rudder_apiserver::audit::AuditConfig {
+            policy_file,
+            log_path,
+            rotation: rudder_apiserver::audit::Rotation {
+                max_size_mb: args.audit_log_maxsize,
+                max_backups: args.audit_log_maxbackup,
+                max_age_days: args.audit_log_maxage,
+            },
+        }),
+        (None, Some(_)) => anyhow::bail!("--audit-policy-file needs --audit-log-path"),
+        (None, None) => None,
+    };
     let authorization_modes = rudder_apiserver::authz::Mode::parse_list(&args.authorization_mode)
         .map_err(|error| anyhow::anyhow!("--authorization-mode: {error}"))?;
     let (url, store) = open_store(args.storage, &args.data_dir).await?;
@@ -164,6 +193,7 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
         anonymous_auth: args.anonymous_auth,
         service_account_issuer: args.service_account_issuer,
         cluster_token: args.token,
+        audit,
     };
     let running =
         match rudder_apiserver::server::start(config, store.clone(), shutdown.clone()).await {

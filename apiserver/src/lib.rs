@@ -12,6 +12,7 @@
 //! `server::start`, then `http::resources`, then `registry::store`. docs/apiserver.md has the
 //! flows.
 
+pub mod audit;
 pub mod authn;
 pub mod authz;
 pub mod catalog;

@@ -53,6 +53,8 @@ pub struct Config {
     /// The cluster token that seals the cluster's CA and keys in the store (`--token`); `None`:
     /// the data dir's `token` file, created on first start.
     pub cluster_token: Option<String>,
+    /// Auditing (`--audit-log-path`, `--audit-policy-file`); `None`: off.
+    pub audit: Option<crate::audit::AuditConfig>,
 }
 
 /// Upstream's default Service ClusterIP range.
@@ -79,6 +81,7 @@ impl Config {
             anonymous_auth: true,
             service_account_issuer: crate::authn::service_account::DEFAULT_ISSUER.into(),
             cluster_token: None,
+            audit: None,
         }
     }
 }
@@ -104,6 +107,8 @@ pub enum StartError {
     Bootstrap(#[source] ApiError),
     #[error("{0}")]
     Cluster(#[source] ClusterError),
+    #[error("auditing: {0}")]
+    Audit(String),
     #[error("the service-account key: {0}")]
     ServiceAccountKey(String),
     #[error("reading the RBAC policy: {0}")]
@@ -255,6 +260,12 @@ pub async fn start(
     // Every storage call the server makes is timed and traced from here on.
     let metrics = Arc::new(Metrics::new());
     let storage = Instrumented::wrap(storage, metrics.storage.clone());
+    let auditor = match &config.audit {
+        Some(audit) => Some(Arc::new(
+            crate::audit::Auditor::open(audit).map_err(StartError::Audit)?,
+        )),
+        None => None,
+    };
     let mut limits = config.limits.clone();
     limits.max_connections = connection_cap(limits.max_connections, raise_open_file_limit());
     let allocators = Allocators::new(
@@ -332,7 +343,8 @@ pub async fn start(
         &limits,
         metrics,
         service_accounts,
-    );
+    )
+    .with_auditor(auditor);
     state.mark_bootstrapped();
 
     let host = if addr.ip().is_unspecified() {

@@ -10,6 +10,7 @@
 //!   /api/v1/…/<resource>[/<name>[/<subresource>]]    authorize (403) → resources
 //! ```
 
+mod audit;
 mod discovery;
 mod health;
 mod inflight;
@@ -55,6 +56,8 @@ pub struct AppState {
     pub request_limits: Arc<inflight::RequestLimits>,
     /// Issues ServiceAccount tokens (TokenRequest) and publishes their key (OIDC discovery).
     pub service_accounts: Arc<ServiceAccountTokens>,
+    /// The audit policy and log, when auditing is on.
+    pub auditor: Option<Arc<crate::audit::Auditor>>,
 }
 
 impl AppState {
@@ -77,7 +80,14 @@ impl AppState {
             advertise,
             request_limits: Arc::new(inflight::RequestLimits::new(limits)),
             service_accounts,
+            auditor: None,
         }
+    }
+
+    /// Audits requests to `auditor`'s log.
+    pub fn with_auditor(mut self, auditor: Option<Arc<crate::audit::Auditor>>) -> Self {
+        self.auditor = auditor;
+        self
     }
 
     /// Marks the bootstrap post-start hook done (readyz waits for it).
@@ -123,6 +133,10 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
+            audit::audit,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
             authenticate,
         ))
         .layer(axum::middleware::from_fn_with_state(state.clone(), observe))
@@ -133,9 +147,18 @@ async fn not_found() -> Response {
     ApiError::path_not_found().into_response()
 }
 
-/// The authenticated caller, as a request extension.
+/// The authenticated caller, as a request extension (the impersonated user when the request
+/// impersonates).
 #[derive(Clone, Debug)]
 pub struct Caller(pub UserInfo);
+
+/// Who sent a request that impersonates another user, as a request extension.
+#[derive(Clone, Debug)]
+pub struct Requester(pub UserInfo);
+
+/// The request's audit id (also its `Audit-Id` response header), as a request extension.
+#[derive(Clone, Debug)]
+pub struct AuditId(pub String);
 
 async fn authenticate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
     let certificates = request
@@ -175,6 +198,7 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
     span.record("user", user.name.as_str());
     if user.name != requester.name {
         span.record("impersonated_by", requester.name.as_str());
+        request.extensions_mut().insert(Requester(requester));
     }
     request.extensions_mut().insert(Caller(user));
     next.run(request).await
@@ -254,8 +278,10 @@ pub struct RequestLabels {
     pub dry_run: bool,
 }
 
-async fn observe(State(state): State<AppState>, request: Request, next: Next) -> Response {
+async fn observe(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
     let started = Instant::now();
+    let audit_id = uuid::Uuid::new_v4().to_string();
+    request.extensions_mut().insert(AuditId(audit_id.clone()));
     let method = request.method().clone();
     let path = request.uri().path().to_string();
     // Labels come from the route that matched (a fixed set) or a fixed `other`, never from
@@ -281,7 +307,10 @@ async fn observe(State(state): State<AppState>, request: Request, next: Next) ->
         status = tracing::field::Empty,
         latency_ms = tracing::field::Empty,
     );
-    let response: Response<Body> = next.run(request).instrument(span.clone()).await;
+    let mut response: Response<Body> = next.run(request).instrument(span.clone()).await;
+    if let Ok(value) = http::HeaderValue::from_str(&audit_id) {
+        response.headers_mut().insert("audit-id", value);
+    }
     let elapsed = started.elapsed();
     let status = response.status().as_u16();
     span.record("status", status);

@@ -1,0 +1,194 @@
+//! The audit filter: after authentication, judges each request by the audit policy and writes
+//! its events (see `crate::audit`). The policy sees the authenticated user; when the request
+//! impersonates, the event records both (`user` and `impersonatedUser`). Bodies are read only at
+//! the levels that log them; a watch's `ResponseComplete` is written when its stream ends.
+
+use std::sync::Arc;
+
+use axum::body::{to_bytes, Body};
+use axum::extract::{ConnectInfo, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use serde_json::{json, Value};
+
+use super::{AppState, AuditId, Caller, Requester};
+use crate::audit::{self, Auditor, Decision, Event, Level, ResourceRef, Stage, Subject};
+use crate::authn::UserInfo;
+use crate::codec;
+use crate::error::ApiError;
+use crate::request::{self, ApiPath, Query, Verb};
+
+/// Writes the watch's `ResponseComplete` when its response stream is dropped.
+struct CompleteOnDrop {
+    auditor: Arc<Auditor>,
+    decision: Decision,
+    event: Event,
+}
+
+impl Drop for CompleteOnDrop {
+    fn drop(&mut self) {
+        self.auditor
+            .emit(&self.decision, &self.event, Stage::ResponseComplete);
+    }
+}
+
+/// A body as the JSON the log records, whatever its wire format (JSON, YAML, protobuf); a
+/// response body too large for the request limit is left out.
+fn as_json(headers: &http::HeaderMap, bytes: &[u8]) -> Option<Value> {
+    let content_type = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok());
+    let format = codec::body_format(content_type).ok()?;
+    codec::decode(format, bytes)
+        .ok()
+        .map(|decoded| decoded.value)
+}
+
+pub async fn audit(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let Some(auditor) = state.auditor.clone() else {
+        return next.run(request).await;
+    };
+    let extensions = request.extensions();
+    let acting = extensions
+        .get::<Caller>()
+        .map(|caller| caller.0.clone())
+        .unwrap_or_else(UserInfo::anonymous);
+    let requester = extensions.get::<Requester>().map(|r| r.0.clone());
+    let audit_id = extensions
+        .get::<AuditId>()
+        .map(|id| id.0.clone())
+        .unwrap_or_default();
+    let source_ips: Vec<String> = extensions
+        .get::<ConnectInfo<std::net::SocketAddr>>()
+        .map(|info| vec![info.0.ip().to_string()])
+        .unwrap_or_default();
+    let method = request.method().clone();
+    let uri = request.uri().clone();
+    let user = requester.clone().unwrap_or_else(|| acting.clone());
+    let query = Query::parse(uri.query());
+    let parsed = request::parse_path(&method, uri.path(), &query);
+    let (verb, object_ref) = match &parsed {
+        Ok(ApiPath::Resource(info)) => {
+            let resource = info.resource;
+            let mut object_ref = json!({
+                "resource": resource.plural,
+                "apiGroup": resource.group,
+                "apiVersion": resource.version,
+            });
+            if let Some(namespace) = &info.namespace {
+                object_ref["namespace"] = json!(namespace);
+            }
+            if let Some(name) = &info.name {
+                object_ref["name"] = json!(name);
+            }
+            if let Some(sub) = info.subresource {
+                object_ref["subresource"] = json!(sub.as_str());
+            }
+            (info.verb.as_str().to_string(), Some(object_ref))
+        }
+        _ => (method.as_str().to_ascii_lowercase(), None),
+    };
+    let resource = match &parsed {
+        Ok(ApiPath::Resource(info)) => Some(ResourceRef {
+            group: info.resource.group,
+            resource: info.resource.plural,
+            subresource: info.subresource.map(|sub| sub.as_str()).unwrap_or(""),
+            namespace: info.namespace.as_deref().unwrap_or(""),
+            name: info.name.as_deref().unwrap_or(""),
+        }),
+        _ => None,
+    };
+    let decision = auditor.policy.decide(&Subject {
+        user: &user.name,
+        groups: &user.groups,
+        verb: &verb,
+        resource,
+        path: uri.path(),
+    });
+    if decision.level == Level::None {
+        return next.run(request).await;
+    }
+    let is_watch = matches!(&parsed, Ok(ApiPath::Resource(info)) if info.verb == Verb::Watch);
+    let mut event = Event {
+        audit_id,
+        request_uri: uri
+            .path_and_query()
+            .map(|pq| pq.as_str().to_string())
+            .unwrap_or_default(),
+        verb,
+        user,
+        impersonated: requester.map(|_| acting),
+        source_ips,
+        user_agent: request
+            .headers()
+            .get(http::header::USER_AGENT)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or("")
+            .to_string(),
+        object_ref,
+        request_received: audit::timestamp(),
+        ..Event::default()
+    };
+    let mut request = request;
+    let writes = matches!(
+        method,
+        http::Method::POST | http::Method::PUT | http::Method::PATCH | http::Method::DELETE
+    );
+    if decision.level >= Level::Request && writes {
+        let (parts, body) = request.into_parts();
+        let Ok(bytes) = to_bytes(body, codec::MAX_BODY_BYTES + 1).await else {
+            return ApiError::too_large("the request body could not be read").into_response();
+        };
+        event.request_object = as_json(&parts.headers, &bytes);
+        request = Request::from_parts(parts, Body::from(bytes));
+    }
+    auditor.emit(&decision, &event, Stage::RequestReceived);
+
+    let response = next.run(request).await;
+    let code = response.status().as_u16();
+    event.response_status = Some(json!({"metadata": {}, "code": code}));
+    if is_watch && response.status().is_success() {
+        auditor.emit(&decision, &event, Stage::ResponseStarted);
+        let (parts, body) = response.into_parts();
+        let guard = CompleteOnDrop {
+            auditor,
+            decision,
+            event,
+        };
+        let stream = body.into_data_stream().map(move |chunk| {
+            let _kept = &guard;
+            chunk
+        });
+        return Response::from_parts(parts, Body::from_stream(stream));
+    }
+    let keep_body = decision.level >= Level::RequestResponse || code >= 400;
+    if !keep_body {
+        auditor.emit(&decision, &event, Stage::ResponseComplete);
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let bytes = match to_bytes(body, usize::MAX).await {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            auditor.emit(&decision, &event, Stage::ResponseComplete);
+            return ApiError::internal("the response could not be read").into_response();
+        }
+    };
+    if let Some(object) = as_json(&parts.headers, &bytes) {
+        if code >= 400 && object["kind"] == "Status" {
+            let mut status = json!({"metadata": {}, "status": "Failure", "code": code});
+            for key in ["message", "reason"] {
+                if object[key].is_string() {
+                    status[key] = object[key].clone();
+                }
+            }
+            event.response_status = Some(status);
+        }
+        if decision.level >= Level::RequestResponse {
+            event.response_object = Some(object);
+        }
+    }
+    auditor.emit(&decision, &event, Stage::ResponseComplete);
+    Response::from_parts(parts, Body::from(bytes))
+}
