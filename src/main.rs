@@ -69,6 +69,9 @@ enum BenchCommand {
     /// Kubernetes API workloads over HTTPS (ConfigMap creates by concurrent clients, full and
     /// paged LISTs of many pods) on an in-process apiserver per driver, with ratios to etcd.
     Api(bench::api::ApiBenchArgs),
+    /// What authorization costs: ConfigMap creates by an RBAC-bound token user with
+    /// AlwaysAllow, RBAC, and RBAC with thousands of RoleBindings, with ratios to AlwaysAllow.
+    Authz(bench::authz::AuthzBenchArgs),
 }
 
 /// The process's one signal handler: a token cancelled on SIGINT (ctrl-c) or SIGTERM, handed to
@@ -136,6 +139,9 @@ fn main() -> ExitCode {
             Command::Bench {
                 command: BenchCommand::Api(args),
             } => bench::api::run(args).await,
+            Command::Bench {
+                command: BenchCommand::Authz(args),
+            } => bench::authz::run(args).await,
         }
     });
     match result {

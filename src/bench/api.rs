@@ -386,7 +386,11 @@ async fn warm(clients: &[Client]) -> Result<()> {
 
 /// Runs `op(client, index)` for every index below `count`, each client doing one at a time;
 /// returns every operation's latency in microseconds.
-async fn concurrently<F, Fut>(clients: &[Client], count: usize, op: F) -> Result<Histogram<u64>>
+pub(super) async fn concurrently<F, Fut>(
+    clients: &[Client],
+    count: usize,
+    op: F,
+) -> Result<Histogram<u64>>
 where
     F: Fn(Client, usize) -> Fut + Clone + Send + 'static,
     Fut: Future<Output = Result<()>> + Send,
@@ -417,7 +421,7 @@ where
 }
 
 /// A kube error in one line: an API error as its HTTP code, reason and message.
-fn concise(error: kube::Error) -> anyhow::Error {
+pub(super) fn concise(error: kube::Error) -> anyhow::Error {
     match error {
         kube::Error::Api(status) => {
             anyhow!("HTTP {} {}: {}", status.code, status.reason, status.message)
@@ -438,7 +442,7 @@ fn labels() -> Option<BTreeMap<String, String>> {
 }
 
 /// A small ConfigMap: a label and three short keys.
-fn configmap(name: String) -> ConfigMap {
+pub(super) fn configmap(name: String) -> ConfigMap {
     ConfigMap {
         metadata: ObjectMeta {
             name: Some(name),

@@ -8,6 +8,7 @@
 
 pub mod api;
 mod api_report;
+pub mod authz;
 mod charts;
 mod report;
 mod subjects;
