@@ -308,6 +308,7 @@ pub async fn start(
     let unadmitted = Registry::new(storage, Arc::new(Chain::new()), allocators)
         .with_tasks(tasks.clone(), shutdown.clone());
     let namespaces = registry::StoredNamespaces::new(unadmitted.clone());
+    let unadmitted_reader = unadmitted.clone();
     let signer =
         ServiceAccountSigner::from_pem(&pki.sa_key_pem).map_err(StartError::ServiceAccountKey)?;
     let service_accounts = Arc::new(ServiceAccountTokens::new(
@@ -337,6 +338,9 @@ pub async fn start(
         registry.clone(),
         Authenticator::new(tokens)
             .with_source(service_accounts.clone())
+            .with_source(Arc::new(
+                crate::authn::bootstrap_token::BootstrapTokens::new(unadmitted_reader),
+            ))
             .with_anonymous(config.anonymous_auth),
         authorizer,
         SocketAddr::new(advertise, addr.port()).to_string(),

@@ -640,3 +640,59 @@ fn service_account_tokens_authenticate_until_what_they_are_bound_to_goes() {
     assert_eq!(code, 1);
     assert!(stderr.contains("Unauthorized"), "{stderr}");
 }
+
+/// Bootstrap tokens: a `bootstrap-token-<id>` Secret in kube-system makes `<id>.<secret>` a
+/// bearer token of `system:bootstrap:<id>` in `system:bootstrappers`, until it expires or goes.
+#[test]
+fn bootstrap_tokens_authenticate_while_their_secret_allows() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = format!("sqlite://{}", dir.path().join("state.db").display());
+    let server = RudderServer::start_with_args(
+        env!("CARGO_BIN_EXE_rudder"),
+        &storage,
+        &["--disable-controller-manager"],
+    );
+    let admin = Kubectl {
+        server: &server,
+        version: "1.33",
+        namespace: "kube-system".into(),
+    };
+    let secret = |id: &str, expiration: &str| {
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: bootstrap-token-{id}\n  namespace: kube-system\ntype: bootstrap.kubernetes.io/token\nstringData:\n  token-id: {id}\n  token-secret: 0123456789abcdef\n  usage-bootstrap-authentication: \"true\"\n  auth-extra-groups: system:bootstrappers:worker\n  expiration: \"{expiration}\"\n"
+        )
+    };
+    let live = admin.file("live.yaml", &secret("abcdef", "2999-01-01T00:00:00Z"));
+    let expired = admin.file("expired.yaml", &secret("zyxwvu", "2000-01-01T00:00:00Z"));
+    admin.ok(&["apply", "-f", &live]);
+    admin.ok(&["apply", "-f", &expired]);
+
+    let joining = token_kubeconfig(&server, "abcdef.0123456789abcdef");
+    let (code, stdout, stderr) = as_alice(&server, &joining, &["auth", "whoami", "-o", "json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let whoami: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        whoami["status"]["userInfo"]["username"],
+        "system:bootstrap:abcdef"
+    );
+    assert_eq!(
+        whoami["status"]["userInfo"]["groups"],
+        serde_json::json!([
+            "system:bootstrappers",
+            "system:bootstrappers:worker",
+            "system:authenticated"
+        ])
+    );
+    for token in ["zyxwvu.0123456789abcdef", "abcdef.0123456789abcdee"] {
+        let (code, _, stderr) = as_alice(
+            &server,
+            &token_kubeconfig(&server, token),
+            &["auth", "whoami"],
+        );
+        assert_eq!(code, 1, "{token}");
+        assert!(stderr.contains("Unauthorized"), "{token}: {stderr}");
+    }
+    admin.ok_ns(&["delete", "secret", "bootstrap-token-abcdef"]);
+    let (code, _, _) = as_alice(&server, &joining, &["auth", "whoami"]);
+    assert_eq!(code, 1, "a revoked bootstrap token still works");
+}

@@ -1,6 +1,7 @@
 //! Request authentication: x509 client certificates first, then bearer tokens from the static
 //! token file. Authenticated users always get the `system:authenticated` group.
 
+pub mod bootstrap_token;
 pub mod impersonation;
 pub mod service_account;
 pub mod token_file;

@@ -60,7 +60,7 @@ pub async fn bootstrap(registry: &Registry, apiserver_port: u16, advertise: &str
         );
     for (info, object) in defaults {
         let name = object::name(&object).to_string();
-        if registry.read(info, None, &name).await?.is_none() {
+        let Some(stored) = registry.read(info, None, &name).await? else {
             let input = Input {
                 object,
                 duplicate_fields: Vec::new(),
@@ -70,6 +70,18 @@ pub async fn bootstrap(registry: &Registry, apiserver_port: u16, advertise: &str
                 Err(error) if error.is_already_exists() => {}
                 Err(error) => return Err(error),
             }
+            continue;
+        };
+        // Reconciled as upstream does at start: what the default grants is added back unless
+        // the object opts out (`rbac.authorization.kubernetes.io/autoupdate: "false"`); what
+        // was added to it stays.
+        if reconciled(&stored.object, &object).is_some() {
+            registry
+                .update_with(info, None, &name, None, &write, |current| {
+                    Ok(reconciled(current, &object).unwrap_or_else(|| current.clone()))
+                })
+                .await?;
+            tracing::info!(kind = info.kind, name, "reconciled a default RBAC object");
         }
     }
     let services = catalog::find("", "v1", "services").ok_or_else(missing)?;
@@ -140,6 +152,40 @@ pub async fn bootstrap(registry: &Registry, apiserver_port: u16, advertise: &str
         }
     }
     Ok(())
+}
+
+/// `current` with what `default` grants added (rules of a role, subjects of a binding), or
+/// `None` when nothing is missing or the object opts out of updates.
+fn reconciled(current: &Value, default: &Value) -> Option<Value> {
+    let opted_out = current["metadata"]["annotations"]
+        ["rbac.authorization.kubernetes.io/autoupdate"]
+        == "false";
+    if opted_out {
+        return None;
+    }
+    let mut updated = current.clone();
+    let mut changed = false;
+    for list in ["rules", "subjects"] {
+        for wanted in default[list].as_array().into_iter().flatten() {
+            let held = updated[list]
+                .as_array()
+                .is_some_and(|items| items.contains(wanted));
+            if !held {
+                if !updated[list].is_array() {
+                    updated[list] = json!([]);
+                }
+                if let Some(items) = updated[list].as_array_mut() {
+                    items.push(wanted.clone());
+                    changed = true;
+                }
+            }
+        }
+    }
+    if default["aggregationRule"].is_object() && !current["aggregationRule"].is_object() {
+        updated["aggregationRule"] = default["aggregationRule"].clone();
+        changed = true;
+    }
+    changed.then_some(updated)
 }
 
 fn missing() -> crate::error::ApiError {
@@ -228,4 +274,26 @@ fn read_failed(error: crate::error::ApiError) -> Denied {
 
 fn is_terminating(namespace: &Value) -> bool {
     object::is_deleting(namespace) || namespace["status"]["phase"] == "Terminating"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_added_back_unless_the_object_opts_out() {
+        let default =
+            json!({"rules": [{"verbs": ["get"], "resources": ["pods"], "apiGroups": [""]}]});
+        let trimmed = json!({"metadata": {"name": "view"}, "rules": []});
+        let restored = reconciled(&trimmed, &default).expect("a rule to add");
+        assert_eq!(restored["rules"], default["rules"]);
+        // What a user added stays; nothing missing, nothing to write.
+        let extended = json!({"metadata": {"name": "view"}, "rules": [
+            {"verbs": ["get"], "resources": ["pods"], "apiGroups": [""]},
+            {"verbs": ["list"], "resources": ["widgets"], "apiGroups": ["x.io"]}]});
+        assert!(reconciled(&extended, &default).is_none());
+        let opted_out = json!({"metadata": {"name": "view", "annotations": {
+            "rbac.authorization.kubernetes.io/autoupdate": "false"}}, "rules": []});
+        assert!(reconciled(&opted_out, &default).is_none());
+    }
 }

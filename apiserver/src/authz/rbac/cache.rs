@@ -63,11 +63,18 @@ impl PolicyCache {
                 prefix.as_bytes().to_vec(),
             )))
             .await?;
+        let keys: Vec<String> = listed
+            .kvs
+            .iter()
+            .map(|kv| String::from_utf8_lossy(&kv.key).into_owned())
+            .collect();
         self.write(|policy| {
             policy.clear(prefix);
-            for kv in &listed.kvs {
-                policy.apply(&String::from_utf8_lossy(&kv.key), Some(&kv.value));
-            }
+            policy.apply_all(
+                keys.iter()
+                    .zip(&listed.kvs)
+                    .map(|(key, kv)| (key.as_str(), Some(kv.value.as_slice()))),
+            );
         });
         Ok(listed.revision)
     }
@@ -90,13 +97,20 @@ impl PolicyCache {
                         batch = stream.next() => batch,
                     };
                     let Some(Ok(batch)) = batch else { break };
+                    let keys: Vec<String> = batch
+                        .events
+                        .iter()
+                        .map(|event| String::from_utf8_lossy(&event.kv.key).into_owned())
+                        .collect();
+                    for event in &batch.events {
+                        revision = revision.max(event.kv.mod_revision);
+                    }
                     self.write(|policy| {
-                        for event in &batch.events {
-                            revision = revision.max(event.kv.mod_revision);
-                            let key = String::from_utf8_lossy(&event.kv.key);
-                            let value = (event.kind == EventKind::Put).then_some(&event.kv.value);
-                            policy.apply(&key, value.map(Vec::as_slice));
-                        }
+                        policy.apply_all(keys.iter().zip(&batch.events).map(|(key, event)| {
+                            let value =
+                                (event.kind == EventKind::Put).then_some(event.kv.value.as_slice());
+                            (key.as_str(), value)
+                        }));
                     });
                     revision = revision.max(batch.revision);
                 }

@@ -33,6 +33,9 @@ pub const ROLE_BINDINGS: &str = "/registry/rolebindings/";
 #[derive(Default)]
 pub struct Policy {
     cluster_roles: HashMap<String, ClusterRole>,
+    /// What each ClusterRole grants, its aggregation resolved: recomputed when a ClusterRole
+    /// changes (rare) so that a decision (frequent) only reads.
+    granted: HashMap<String, Vec<PolicyRule>>,
     /// By (namespace, name).
     roles: HashMap<(String, String), Role>,
     cluster_role_bindings: HashMap<String, ClusterRoleBinding>,
@@ -54,11 +57,33 @@ impl Policy {
     /// Applies the store's state of `key` (`None`: deleted). Keys outside the four RBAC
     /// prefixes are ignored.
     pub fn apply(&mut self, key: &str, value: Option<&[u8]>) {
+        if self.apply_one(key, value) {
+            self.aggregate();
+        }
+    }
+
+    /// Applies several changes, resolving aggregation once at the end.
+    pub fn apply_all<'a>(
+        &mut self,
+        changes: impl IntoIterator<Item = (&'a str, Option<&'a [u8]>)>,
+    ) {
+        let mut roles_changed = false;
+        for (key, value) in changes {
+            roles_changed |= self.apply_one(key, value);
+        }
+        if roles_changed {
+            self.aggregate();
+        }
+    }
+
+    /// Applies one change; true when it was a ClusterRole's.
+    fn apply_one(&mut self, key: &str, value: Option<&[u8]>) -> bool {
         if let Some(name) = key.strip_prefix(CLUSTER_ROLES) {
             match value.and_then(|value| parse(key, value)) {
                 Some(role) => self.cluster_roles.insert(name.to_string(), role),
                 None => self.cluster_roles.remove(name),
             };
+            return true;
         } else if let Some(name) = key.strip_prefix(CLUSTER_ROLE_BINDINGS) {
             match value.and_then(|value| parse(key, value)) {
                 Some(binding) => self.cluster_role_bindings.insert(name.to_string(), binding),
@@ -90,12 +115,16 @@ impl Policy {
                 }
             }
         }
+        false
     }
 
     /// Forgets every object under `prefix` (before it is listed again).
     pub fn clear(&mut self, prefix: &str) {
         match prefix {
-            CLUSTER_ROLES => self.cluster_roles.clear(),
+            CLUSTER_ROLES => {
+                self.cluster_roles.clear();
+                self.granted.clear();
+            }
             ROLES => self.roles.clear(),
             CLUSTER_ROLE_BINDINGS => self.cluster_role_bindings.clear(),
             ROLE_BINDINGS => self.role_bindings.clear(),
@@ -103,9 +132,29 @@ impl Policy {
         }
     }
 
+    /// Recomputes what every ClusterRole grants.
+    fn aggregate(&mut self) {
+        let granted: HashMap<String, Vec<PolicyRule>> = self
+            .cluster_roles
+            .keys()
+            .map(|name| {
+                let rules = self.aggregated_rules(name).into_iter().cloned().collect();
+                (name.clone(), rules)
+            })
+            .collect();
+        self.granted = granted;
+    }
+
     /// The rules a ClusterRole grants: its own, and those of the ClusterRoles its
     /// aggregationRule selects.
     fn cluster_role_rules(&self, name: &str) -> Vec<&PolicyRule> {
+        self.granted
+            .get(name)
+            .map(|rules| rules.iter().collect())
+            .unwrap_or_default()
+    }
+
+    fn aggregated_rules(&self, name: &str) -> Vec<&PolicyRule> {
         let Some(role) = self.cluster_roles.get(name) else {
             return Vec::new();
         };
