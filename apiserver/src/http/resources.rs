@@ -517,16 +517,25 @@ async fn patch(call: &Call<'_>, body: Body) -> Result<Response> {
 }
 
 /// The DeleteOptions of a delete, and the write it makes (dry run from the query or the body).
-async fn delete_request(call: &Call<'_>, body: Body) -> Result<(DeleteOptions, Write)> {
+/// A delete's options and the write it makes.
+struct DeleteRequest {
+    options: DeleteOptions,
+    write: Write,
+}
+
+async fn delete_request(call: &Call<'_>, body: Body) -> Result<DeleteRequest> {
     let bytes = read_body(body).await?;
-    let (options, dry_run) = delete_options(call.query, call.headers, &bytes)?;
+    let DeleteBody { options, dry_run } = delete_options(call.query, call.headers, &bytes)?;
     let mut write_options = WriteOptions::from_query(call.query)?;
     write_options.dry_run |= dry_run;
-    Ok((options, call.write(&write_options)))
+    Ok(DeleteRequest {
+        options,
+        write: call.write(&write_options),
+    })
 }
 
 async fn delete(call: &Call<'_>, body: Body) -> Result<Response> {
-    let (options, write) = delete_request(call, body).await?;
+    let DeleteRequest { options, write } = delete_request(call, body).await?;
     let target = call.target();
     let resource = target.resource;
     let result = call
@@ -546,7 +555,7 @@ async fn delete(call: &Call<'_>, body: Body) -> Result<Response> {
 }
 
 async fn delete_collection(call: &Call<'_>, body: Body) -> Result<Response> {
-    let (options, write) = delete_request(call, body).await?;
+    let DeleteRequest { options, write } = delete_request(call, body).await?;
     let list = ListOptions::from_query(call.query)?;
     let target = call.target();
     let deleted = call
@@ -577,11 +586,13 @@ async fn delete_collection(call: &Call<'_>, body: Body) -> Result<Response> {
 
 /// DeleteOptions from the body (JSON, YAML or protobuf) and the query; also says whether the
 /// body asked for a dry run.
-fn delete_options(
-    query: &Query,
-    headers: &HeaderMap,
-    bytes: &[u8],
-) -> Result<(DeleteOptions, bool)> {
+/// DeleteOptions as a request gives them, and whether its body asked for a dry run.
+struct DeleteBody {
+    options: DeleteOptions,
+    dry_run: bool,
+}
+
+fn delete_options(query: &Query, headers: &HeaderMap, bytes: &[u8]) -> Result<DeleteBody> {
     let body: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
         Value::Null
     } else {
@@ -632,7 +643,7 @@ fn delete_options(
     let dry_run = body["dryRun"]
         .as_array()
         .is_some_and(|values| values.iter().any(|value| value == "All"));
-    Ok((options, dry_run))
+    Ok(DeleteBody { options, dry_run })
 }
 
 #[cfg(test)]
