@@ -135,6 +135,10 @@ rudder_make_disk_room() {
   local dir="$CARGO_TARGET_DIR" probe free_kb
   probe="$dir"
   [ -d "$probe" ] || probe=$(dirname "$dir")
+  # CI builds without incremental state; what earlier sessions left of it is only weight.
+  if [ "${CI:-}" = "true" ] && [ -d "$dir/debug/incremental" ]; then
+    rm -rf "$dir/debug/incremental"
+  fi
   free_kb=$(df -Pk "$probe" | awk 'NR == 2 { print $4 }')
   if [ -d "$dir" ] && [ "${free_kb:-0}" -lt $((8 * 1024 * 1024)) ]; then
     echo "==> only $((free_kb / 1024)) MB free: removing the old builds in $dir"

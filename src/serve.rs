@@ -78,9 +78,9 @@ pub struct ServerArgs {
     /// Run no controllers in this process (another process runs them, or none does).
     #[arg(long)]
     disable_controller_manager: bool,
-    /// Authorizers after `system:masters`, in order: `RBAC` (the default) or `AlwaysAllow`
-    /// (everyone authenticated may do anything).
-    #[arg(long, default_value = "RBAC")]
+    /// Authorizers after `system:masters`, in order: `Node` (kubelets reach only their pods'
+    /// objects), `RBAC`, or `AlwaysAllow` (everyone authenticated may do anything).
+    #[arg(long, default_value = "Node,RBAC")]
     authorization_mode: String,
     /// Requests without credentials run as `system:anonymous` and are judged by
     /// authorization (out of the box only health and version are theirs); false: 401.

@@ -77,7 +77,7 @@ impl Config {
             service_cluster_ip_range: DEFAULT_SERVICE_CLUSTER_IP_RANGE,
             service_node_port_range: DEFAULT_SERVICE_NODE_PORT_RANGE,
             limits: Limits::default(),
-            authorization_modes: vec![authz::Mode::Rbac],
+            authorization_modes: vec![authz::Mode::Node, authz::Mode::Rbac],
             anonymous_auth: true,
             service_account_issuer: crate::authn::service_account::DEFAULT_ISSUER.into(),
             cluster_token: None,
@@ -111,7 +111,7 @@ pub enum StartError {
     Audit(String),
     #[error("the service-account key: {0}")]
     ServiceAccountKey(String),
-    #[error("reading the RBAC policy: {0}")]
+    #[error("reading what the authorizers follow (RBAC objects, pods): {0}")]
     Policy(#[source] rudder_storage::Error),
     #[error("writing the admin kubeconfig: {0}")]
     Kubeconfig(#[source] PkiError),
@@ -234,11 +234,17 @@ async fn authorizer(
     for mode in modes {
         match mode {
             authz::Mode::AlwaysAllow => chain.push(Arc::new(authz::AlwaysAllow)),
-            authz::Mode::Rbac => {
-                let policy =
-                    authz::rbac::PolicyCache::start(storage.clone(), tasks, shutdown.clone())
+            authz::Mode::Node => {
+                let node =
+                    authz::node::NodeAuthorizer::start(storage.clone(), tasks, shutdown.clone())
                         .await
                         .map_err(StartError::Policy)?;
+                chain.push(Arc::new(node));
+            }
+            authz::Mode::Rbac => {
+                let policy = authz::rbac::cache::start(storage.clone(), tasks, shutdown.clone())
+                    .await
+                    .map_err(StartError::Policy)?;
                 chain.push(Arc::new(authz::rbac::Rbac::new(policy.clone())));
                 rbac = Some(policy);
             }
@@ -322,6 +328,9 @@ pub async fn start(
         .with_mutating(Priority::new(namespaces.clone()))
         .with_mutating(DefaultTolerationSeconds)
         .with_validating(NamespaceLifecycle::new(namespaces));
+    if config.authorization_modes.contains(&authz::Mode::Node) {
+        admission = admission.with_validating(authz::node::restriction::NodeRestriction);
+    }
     if let Some(policy) = policy {
         admission = admission.with_validating(authz::rbac::escalation::RbacEscalation::new(
             authorizer.clone(),

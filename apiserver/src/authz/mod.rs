@@ -3,6 +3,8 @@
 //! deny decides, silence everywhere is a denial), RBAC (rbac/) and `AlwaysAllow` (only when
 //! asked for). SelfSubjectAccessReviews are answered by the same chain the request path uses.
 
+pub mod follow;
+pub mod node;
 pub mod rbac;
 pub mod reviews;
 
@@ -59,12 +61,13 @@ pub trait Authorizer: Send + Sync {
 /// The authorizers `--authorization-mode` names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
+    Node,
     Rbac,
     AlwaysAllow,
 }
 
 impl Mode {
-    /// Parses `--authorization-mode`'s comma-separated list (`RBAC`, `AlwaysAllow`).
+    /// Parses `--authorization-mode`'s comma-separated list (`Node`, `RBAC`, `AlwaysAllow`).
     pub fn parse_list(text: &str) -> Result<Vec<Mode>, String> {
         let mut modes = Vec::new();
         for name in text
@@ -73,14 +76,15 @@ impl Mode {
             .filter(|name| !name.is_empty())
         {
             let mode = match name {
+                "Node" => Mode::Node,
                 "RBAC" => Mode::Rbac,
                 "AlwaysAllow" => Mode::AlwaysAllow,
-                "Node" | "Webhook" | "ABAC" | "AlwaysDeny" => {
+                "Webhook" | "ABAC" | "AlwaysDeny" => {
                     return Err(format!("authorization mode {name:?} is not supported yet"))
                 }
                 other => {
                     return Err(format!(
-                        "unknown authorization mode {other:?}: use RBAC or AlwaysAllow"
+                        "unknown authorization mode {other:?}: use Node, RBAC or AlwaysAllow"
                     ))
                 }
             };
