@@ -249,15 +249,16 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
     outcome
 }
 
-/// The controller-manager for this server: a client of its own API (through the admin
-/// kubeconfig until components have identities of their own), the cluster CA to publish, and
-/// leader election so that of several servers on one store one runs the controllers.
+/// The controller-manager for this server: a client of its own API as
+/// `system:kube-controller-manager` (held to that role, not an admin), the cluster CA to
+/// publish, and leader election so that of several servers on one store one runs the
+/// controllers.
 async fn controller_manager(
     running: &rudder_apiserver::server::Running,
     controllers: rudder_controllers::Selection,
 ) -> Result<rudder_controllers::Manager> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(&running.kubeconfig)
-        .context("reading the admin kubeconfig")?;
+    let kubeconfig = kube::config::Kubeconfig::read_from(&running.controller_manager_kubeconfig)
+        .context("reading the controller-manager's kubeconfig")?;
     let config = kube::Config::from_custom_kubeconfig(
         kubeconfig,
         &kube::config::KubeConfigOptions::default(),

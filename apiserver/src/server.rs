@@ -57,6 +57,9 @@ pub struct Config {
     pub audit: Option<crate::audit::AuditConfig>,
 }
 
+/// The controller-manager's user (its certificate's CN), bound to the role of that name.
+pub const CONTROLLER_MANAGER_USER: &str = "system:kube-controller-manager";
+
 /// Upstream's default Service ClusterIP range.
 pub const DEFAULT_SERVICE_CLUSTER_IP_RANGE: Cidr = Cidr {
     base: Ipv4Addr::new(10, 96, 0, 0),
@@ -132,6 +135,9 @@ pub struct Running {
     pub addr: SocketAddr,
     /// The admin kubeconfig it wrote.
     pub kubeconfig: PathBuf,
+    /// The controller-manager's kubeconfig (`system:kube-controller-manager`, held to its
+    /// role), for the controllers it runs or a `rudder controller-manager` elsewhere.
+    pub controller_manager_kubeconfig: PathBuf,
     pub pki: Pki,
     /// This server's own token: a child of the caller's, so [`Running::stop`] stops this
     /// server alone.
@@ -369,6 +375,20 @@ pub async fn start(
     let kubeconfig = config.data_dir.join("kubeconfig.yaml");
     pki::write_private_file(&kubeconfig, &pki::admin_kubeconfig(&pki, &server_url))
         .map_err(StartError::Kubeconfig)?;
+    let controller_manager_kubeconfig = config.data_dir.join("controller-manager.kubeconfig");
+    let (cert, key) = pki
+        .issue_client_cert(CONTROLLER_MANAGER_USER, &[])
+        .map_err(StartError::Kubeconfig)?;
+    let component = pki::kubeconfig::client_kubeconfig(
+        pki::kubeconfig::CLUSTER_NAME,
+        &server_url,
+        &pki.ca_cert_pem,
+        CONTROLLER_MANAGER_USER,
+        &cert,
+        &key,
+    );
+    pki::write_private_file(&controller_manager_kubeconfig, &component)
+        .map_err(StartError::Kubeconfig)?;
 
     let app = router(state);
     let serving = tokio::spawn(crate::tls::serve(
@@ -382,6 +402,7 @@ pub async fn start(
     Ok(Running {
         addr,
         kubeconfig,
+        controller_manager_kubeconfig,
         pki,
         shutdown,
         serving,

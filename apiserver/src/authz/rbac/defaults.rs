@@ -118,6 +118,58 @@ pub fn cluster_roles() -> Vec<Value> {
                 ),
             ],
         ),
+        // Rudder's controller-manager identity: what its controllers need together (upstream
+        // splits this among one ServiceAccount per controller). No Secret or RBAC creation, no
+        // impersonation, no escalation.
+        cluster_role(
+            "system:kube-controller-manager",
+            &[],
+            vec![
+                rule(
+                    &["*"],
+                    &["*"],
+                    &[
+                        "get",
+                        "list",
+                        "watch",
+                        "update",
+                        "patch",
+                        "delete",
+                        "deletecollection",
+                    ],
+                ),
+                rule(
+                    &[""],
+                    &[
+                        "pods",
+                        "events",
+                        "endpoints",
+                        "serviceaccounts",
+                        "configmaps",
+                        "persistentvolumeclaims",
+                        "serviceaccounts/token",
+                        "pods/eviction",
+                        "pods/binding",
+                    ],
+                    &["create"],
+                ),
+                rule(
+                    &["apps"],
+                    &["replicasets", "controllerrevisions"],
+                    &["create"],
+                ),
+                rule(&["batch"], &["jobs"], &["create"]),
+                rule(&["discovery.k8s.io"], &["endpointslices"], &["create"]),
+                rule(&["events.k8s.io"], &["events"], &["create"]),
+                rule(&["coordination.k8s.io"], &["leases"], &["create"]),
+                rule(&["authentication.k8s.io"], &["tokenreviews"], &["create"]),
+                rule(
+                    &["authorization.k8s.io"],
+                    &["subjectaccessreviews"],
+                    &["create"],
+                ),
+            ],
+        ),
         cluster_role(
             "system:basic-user",
             &[],
@@ -328,6 +380,13 @@ fn binding(name: &str, role: &str, groups: &[&str]) -> Value {
            "subjects": subjects})
 }
 
+fn user_binding(name: &str, role: &str, user: &str) -> Value {
+    let mut bound = binding(name, role, &[]);
+    bound["subjects"] =
+        json!([{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]);
+    bound
+}
+
 /// The default ClusterRoleBindings.
 pub fn cluster_role_bindings() -> Vec<Value> {
     vec![
@@ -346,6 +405,11 @@ pub fn cluster_role_bindings() -> Vec<Value> {
             "system:service-account-issuer-discovery",
             "system:service-account-issuer-discovery",
             &["system:serviceaccounts"],
+        ),
+        user_binding(
+            "system:kube-controller-manager",
+            "system:kube-controller-manager",
+            "system:kube-controller-manager",
         ),
         binding(
             "system:public-info-viewer",
