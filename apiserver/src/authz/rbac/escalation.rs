@@ -388,3 +388,23 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod gc_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn owner_references_and_finalizers_alone_are_the_garbage_collectors() {
+        let old = json!({"metadata": {"name": "b", "resourceVersion": "1"},
+            "roleRef": {"kind": "ClusterRole", "name": "cluster-admin"}});
+        let mut orphaned = old.clone();
+        orphaned["metadata"]["ownerReferences"] = json!([]);
+        orphaned["metadata"]["finalizers"] = json!(["x/y"]);
+        orphaned["metadata"]["resourceVersion"] = json!("2");
+        assert!(only_garbage_collection_fields_differ(&orphaned, &old));
+        let mut rebound = old.clone();
+        rebound["subjects"] = json!([{"kind": "User", "name": "mallory"}]);
+        assert!(!only_garbage_collection_fields_differ(&rebound, &old));
+    }
+}
