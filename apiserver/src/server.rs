@@ -227,6 +227,60 @@ fn connection_cap(configured: usize, open_files: Option<u64>) -> usize {
     configured.min(allowed).max(1)
 }
 
+/// The cluster's CA and ServiceAccount key: from the store when another server put them there
+/// (same token), else this server's own, published for the next; then this server's PKI.
+async fn cluster_pki(
+    config: &Config,
+    storage: &dyn Storage,
+    first_service_ip: Ipv4Addr,
+) -> Result<(Pki, cluster::Joined), StartError> {
+    let token = cluster::token(config.cluster_token.as_deref(), &config.data_dir)
+        .map_err(StartError::Pki)?;
+    let service_ips = [IpAddr::V4(first_service_ip)];
+    let load_pki = || Pki::load_or_create(&config.data_dir, &config.tls_sans, &service_ips);
+    let joined = cluster::share(storage, &token, &config.data_dir.join("pki"), || {
+        load_pki().map(|_| ())
+    })
+    .await
+    .map_err(StartError::Cluster)?;
+    let pki = load_pki().map_err(StartError::Pki)?;
+    Ok((pki, joined))
+}
+
+/// Where the kubeconfigs a server writes are.
+struct Kubeconfigs {
+    admin: PathBuf,
+    controller_manager: PathBuf,
+}
+
+/// Writes the admin's and the controller-manager's kubeconfigs for `server_url`.
+fn write_kubeconfigs(
+    data_dir: &std::path::Path,
+    pki: &Pki,
+    server_url: &str,
+) -> Result<Kubeconfigs, StartError> {
+    let admin = data_dir.join("kubeconfig.yaml");
+    pki::write_private_file(&admin, &pki::admin_kubeconfig(pki, server_url))
+        .map_err(StartError::Kubeconfig)?;
+    let controller_manager = data_dir.join("controller-manager.kubeconfig");
+    let (cert, key) = pki
+        .issue_client_cert(CONTROLLER_MANAGER_USER, &[])
+        .map_err(StartError::Kubeconfig)?;
+    let component = pki::kubeconfig::client_kubeconfig(
+        pki::kubeconfig::CLUSTER_NAME,
+        server_url,
+        &pki.ca_cert_pem,
+        CONTROLLER_MANAGER_USER,
+        &cert,
+        &key,
+    );
+    pki::write_private_file(&controller_manager, &component).map_err(StartError::Kubeconfig)?;
+    Ok(Kubeconfigs {
+        admin,
+        controller_manager,
+    })
+}
+
 /// `system:masters`, then the modes asked for; RBAC's policy (returned too, for the escalation
 /// checks) is read before the server answers.
 async fn authorizer(
@@ -286,21 +340,7 @@ pub async fn start(
         config.service_node_port_range.clone(),
     );
     let first_service_ip = allocators.first_service_ip();
-    // The cluster's CA and ServiceAccount key come from the store when another server put them
-    // there (same token), else this server's own are published for the next.
-    let token = cluster::token(config.cluster_token.as_deref(), &config.data_dir)
-        .map_err(StartError::Pki)?;
-    let service_ips = [IpAddr::V4(first_service_ip)];
-    let load_pki = || Pki::load_or_create(&config.data_dir, &config.tls_sans, &service_ips);
-    let joined = cluster::share(
-        storage.as_ref(),
-        &token,
-        &config.data_dir.join("pki"),
-        || load_pki().map(|_| ()),
-    )
-    .await
-    .map_err(StartError::Cluster)?;
-    let pki = load_pki().map_err(StartError::Pki)?;
+    let (pki, joined) = cluster_pki(&config, storage.as_ref(), first_service_ip).await?;
     let tls = pki.server_config().map_err(StartError::Pki)?;
     let tokens = match &config.token_auth_file {
         Some(path) => Some(TokenFile::load(path).map_err(StartError::TokenFile)?),
@@ -372,23 +412,10 @@ pub async fn start(
         addr.ip()
     };
     let server_url = format!("https://{}", SocketAddr::new(host, addr.port()));
-    let kubeconfig = config.data_dir.join("kubeconfig.yaml");
-    pki::write_private_file(&kubeconfig, &pki::admin_kubeconfig(&pki, &server_url))
-        .map_err(StartError::Kubeconfig)?;
-    let controller_manager_kubeconfig = config.data_dir.join("controller-manager.kubeconfig");
-    let (cert, key) = pki
-        .issue_client_cert(CONTROLLER_MANAGER_USER, &[])
-        .map_err(StartError::Kubeconfig)?;
-    let component = pki::kubeconfig::client_kubeconfig(
-        pki::kubeconfig::CLUSTER_NAME,
-        &server_url,
-        &pki.ca_cert_pem,
-        CONTROLLER_MANAGER_USER,
-        &cert,
-        &key,
-    );
-    pki::write_private_file(&controller_manager_kubeconfig, &component)
-        .map_err(StartError::Kubeconfig)?;
+    let Kubeconfigs {
+        admin: kubeconfig,
+        controller_manager: controller_manager_kubeconfig,
+    } = write_kubeconfigs(&config.data_dir, &pki, &server_url)?;
 
     let app = router(state);
     let serving = tokio::spawn(crate::tls::serve(

@@ -68,48 +68,26 @@ pub async fn audit(State(state): State<AppState>, request: Request, next: Next) 
     let user = requester.clone().unwrap_or_else(|| acting.clone());
     let query = Query::parse(uri.query());
     let parsed = request::parse_path(&method, uri.path(), &query);
-    let (verb, object_ref) = match &parsed {
-        Ok(ApiPath::Resource(info)) => {
-            let resource = info.resource;
-            let mut object_ref = json!({
-                "resource": resource.plural,
-                "apiGroup": resource.group,
-                "apiVersion": resource.version,
-            });
-            if let Some(namespace) = &info.namespace {
-                object_ref["namespace"] = json!(namespace);
-            }
-            if let Some(name) = &info.name {
-                object_ref["name"] = json!(name);
-            }
-            if let Some(sub) = info.subresource {
-                object_ref["subresource"] = json!(sub.as_str());
-            }
-            (info.verb.as_str().to_string(), Some(object_ref))
-        }
-        _ => (method.as_str().to_ascii_lowercase(), None),
-    };
-    let resource = match &parsed {
-        Ok(ApiPath::Resource(info)) => Some(ResourceRef {
-            group: info.resource.group,
-            resource: info.resource.plural,
-            subresource: info.subresource.map(|sub| sub.as_str()).unwrap_or(""),
-            namespace: info.namespace.as_deref().unwrap_or(""),
-            name: info.name.as_deref().unwrap_or(""),
-        }),
+    let info = match &parsed {
+        Ok(ApiPath::Resource(info)) => Some(info),
         _ => None,
     };
+    let verb = info.map_or_else(
+        || method.as_str().to_ascii_lowercase(),
+        |info| info.verb.as_str().to_string(),
+    );
     let decision = auditor.policy.decide(&Subject {
         user: &user.name,
         groups: &user.groups,
         verb: &verb,
-        resource,
+        resource: info.map(resource_ref),
         path: uri.path(),
     });
     if decision.level == Level::None {
         return next.run(request).await;
     }
-    let is_watch = matches!(&parsed, Ok(ApiPath::Resource(info)) if info.verb == Verb::Watch);
+    let is_watch = info.is_some_and(|info| info.verb == Verb::Watch);
+    let object_ref = info.map(object_ref);
     let mut event = Event {
         audit_id,
         request_uri: uri
@@ -144,8 +122,50 @@ pub async fn audit(State(state): State<AppState>, request: Request, next: Next) 
         request = Request::from_parts(parts, Body::from(bytes));
     }
     auditor.emit(&decision, &event, Stage::RequestReceived);
-
     let response = next.run(request).await;
+    complete(auditor, decision, event, is_watch, response).await
+}
+
+/// The policy's view of a resource request.
+fn resource_ref(info: &request::RequestInfo) -> ResourceRef<'_> {
+    ResourceRef {
+        group: info.resource.group,
+        resource: info.resource.plural,
+        subresource: info.subresource.map(|sub| sub.as_str()).unwrap_or(""),
+        namespace: info.namespace.as_deref().unwrap_or(""),
+        name: info.name.as_deref().unwrap_or(""),
+    }
+}
+
+/// The event's `objectRef`.
+fn object_ref(info: &request::RequestInfo) -> Value {
+    let resource = info.resource;
+    let mut object_ref = json!({
+        "resource": resource.plural,
+        "apiGroup": resource.group,
+        "apiVersion": resource.version,
+    });
+    if let Some(namespace) = &info.namespace {
+        object_ref["namespace"] = json!(namespace);
+    }
+    if let Some(name) = &info.name {
+        object_ref["name"] = json!(name);
+    }
+    if let Some(sub) = info.subresource {
+        object_ref["subresource"] = json!(sub.as_str());
+    }
+    object_ref
+}
+
+/// Writes the response's events (a watch's ResponseComplete when its stream ends) and hands
+/// the response on.
+async fn complete(
+    auditor: Arc<Auditor>,
+    decision: Decision,
+    mut event: Event,
+    is_watch: bool,
+    response: Response,
+) -> Response {
     let code = response.status().as_u16();
     event.response_status = Some(json!({"metadata": {}, "code": code}));
     if is_watch && response.status().is_success() {
