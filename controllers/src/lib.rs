@@ -9,6 +9,7 @@
 //! It depends on the Kubernetes API only (kube-rs and k8s-openapi types) and on
 //! `rudder-facts`; nothing of the apiserver or the storage.
 
+pub mod clusterrole_aggregation;
 pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
@@ -144,6 +145,9 @@ async fn run_controllers(config: Config, metrics: Arc<QueueMetrics>, shutdown: C
                 token,
             ),
             "serviceaccount" => serviceaccount::controller(&informers, client, queue, token),
+            "clusterrole-aggregation" => {
+                clusterrole_aggregation::controller(&informers, client, queue, token)
+            }
             "root-ca-cert-publisher" => match &config.root_ca {
                 Some(bundle) => {
                     rootca::controller(&informers, client, bundle.clone(), queue, token)

@@ -21,6 +21,7 @@ pub const ALL: &[&str] = &[
     "job",
     "cronjob",
     "ttl-after-finished",
+    "clusterrole-aggregation",
 ];
 
 /// The controllers that run.

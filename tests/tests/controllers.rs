@@ -142,6 +142,19 @@ async fn deployments_roll_out_scale_undo_and_clean_up(storage: String) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), "default");
 
+    // The aggregated roles hold what they aggregate (clusterrole-aggregation).
+    eventually("view holds its rules", || async {
+        let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(client.clone());
+        roles.get("view").await.unwrap().rules.is_some_and(|rules| {
+            rules.iter().any(|rule| {
+                rule.resources
+                    .as_ref()
+                    .is_some_and(|r| r.contains(&"pods".to_string()))
+            })
+        })
+    })
+    .await;
+
     // Every namespace gets its default ServiceAccount and the cluster's CA bundle.
     kubectl_ok(&server, &["create", "namespace", "team"]);
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "team");

@@ -162,6 +162,12 @@ pub fn cluster_roles() -> Vec<Value> {
                 rule(&["discovery.k8s.io"], &["endpointslices"], &["create"]),
                 rule(&["events.k8s.io"], &["events"], &["create"]),
                 rule(&["coordination.k8s.io"], &["leases"], &["create"]),
+                // The aggregation controller writes what it aggregates.
+                rule(
+                    &["rbac.authorization.k8s.io"],
+                    &["clusterroles"],
+                    &["escalate"],
+                ),
                 rule(&["authentication.k8s.io"], &["tokenreviews"], &["create"]),
                 rule(
                     &["authorization.k8s.io"],
