@@ -36,6 +36,9 @@ pub struct ControllerManagerArgs {
     /// StatefulSets reconciled at once.
     #[arg(long, default_value_t = 5)]
     concurrent_statefulset_syncs: u16,
+    /// Terminated pods kept before the oldest are deleted (0: no limit).
+    #[arg(long, default_value_t = 12_500)]
+    terminated_pod_gc_threshold: usize,
 }
 
 /// This process's identity in events and in the leader Lease: the host name and a unique
@@ -77,6 +80,10 @@ pub async fn run(args: ControllerManagerArgs, shutdown: CancellationToken) -> Re
         },
         leader_election: args.leader_elect,
         root_ca,
+        pod_gc: rudder_controllers::podgc::Settings {
+            terminated_threshold: args.terminated_pod_gc_threshold,
+            ..rudder_controllers::podgc::Settings::default()
+        },
     });
     manager.run(shutdown).await;
     Ok(())

@@ -78,6 +78,9 @@ pub struct ServerArgs {
     /// Run no controllers in this process (another process runs them, or none does).
     #[arg(long)]
     disable_controller_manager: bool,
+    /// Terminated pods kept before the pod garbage collector deletes the oldest (0: no limit).
+    #[arg(long, default_value_t = 12_500)]
+    terminated_pod_gc_threshold: usize,
     /// Authorizers after `system:masters`, in order: `Node` (kubelets reach only their pods'
     /// objects), `RBAC`, or `AlwaysAllow` (everyone authenticated may do anything).
     #[arg(long, default_value = "Node,RBAC")]
@@ -212,7 +215,7 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
     );
     let mut controllers = None;
     if let Some(selection) = selection {
-        match controller_manager(&running, selection).await {
+        match controller_manager(&running, selection, args.terminated_pod_gc_threshold).await {
             Ok(manager) => controllers = Some(tokio::spawn(manager.run(shutdown.child_token()))),
             Err(error) => {
                 shutdown.cancel();
@@ -256,6 +259,7 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
 async fn controller_manager(
     running: &rudder_apiserver::server::Running,
     controllers: rudder_controllers::Selection,
+    terminated_pod_gc_threshold: usize,
 ) -> Result<rudder_controllers::Manager> {
     let kubeconfig = kube::config::Kubeconfig::read_from(&running.controller_manager_kubeconfig)
         .context("reading the controller-manager's kubeconfig")?;
@@ -274,6 +278,10 @@ async fn controller_manager(
             concurrency: rudder_controllers::Concurrency::default(),
             leader_election: true,
             root_ca: Some(running.pki.ca_cert_pem.clone()),
+            pod_gc: rudder_controllers::podgc::Settings {
+                terminated_threshold: terminated_pod_gc_threshold,
+                ..rudder_controllers::podgc::Settings::default()
+            },
         },
     ))
 }

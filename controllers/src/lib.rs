@@ -22,6 +22,7 @@ pub mod informers;
 pub mod job;
 pub mod leader;
 pub mod namespace;
+pub mod podgc;
 pub mod podtemplate;
 pub mod replicaset;
 pub mod revisions;
@@ -83,6 +84,8 @@ pub struct Config {
     /// The cluster's CA bundle (PEM), published in every namespace as `kube-root-ca.crt`;
     /// without it that controller does not run.
     pub root_ca: Option<String>,
+    /// How the pod garbage collector runs (`--terminated-pod-gc-threshold`).
+    pub pod_gc: podgc::Settings,
 }
 
 /// The controller-manager.
@@ -148,6 +151,7 @@ async fn run_controllers(config: Config, metrics: Arc<QueueMetrics>, shutdown: C
             "clusterrole-aggregation" => {
                 clusterrole_aggregation::controller(&informers, client, queue, token)
             }
+            "pod-garbage-collector" => podgc::controller(&informers, client, config.pod_gc, token),
             "root-ca-cert-publisher" => match &config.root_ca {
                 Some(bundle) => {
                     rootca::controller(&informers, client, bundle.clone(), queue, token)

@@ -22,6 +22,7 @@ pub const ALL: &[&str] = &[
     "cronjob",
     "ttl-after-finished",
     "clusterrole-aggregation",
+    "pod-garbage-collector",
 ];
 
 /// The controllers that run.

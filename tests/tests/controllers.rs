@@ -14,7 +14,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodCondition, PodStatus, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
 use rudder_storage::testing;
@@ -386,3 +386,66 @@ on_every_driver!(
     controllers_on_postgres => postgres,
     controllers_on_etcd => etcd,
 );
+
+/// The pod garbage collector keeps at most `--terminated-pod-gc-threshold` terminated pods,
+/// deleting the oldest first; running pods are left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminated_pods_beyond_the_threshold_are_collected() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = format!("sqlite://{}", dir.path().join("state.db").display());
+    let server = RudderServer::start_with_args(
+        env!("CARGO_BIN_EXE_rudder"),
+        &storage,
+        &[
+            "--terminated-pod-gc-threshold",
+            "1",
+            "--controllers",
+            "pod-garbage-collector",
+        ],
+    );
+    let client = client(&server).await;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    nodes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": "n1"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    for name in ["done-1", "done-2", "done-3", "running"] {
+        let pod = serde_json::json!({"metadata": {"name": name},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}]}});
+        pods.create(
+            &PostParams::default(),
+            &serde_json::from_value(pod).unwrap(),
+        )
+        .await
+        .unwrap();
+        let phase = if name == "running" {
+            "Running"
+        } else {
+            "Succeeded"
+        };
+        pods.patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"phase": phase}})),
+        )
+        .await
+        .unwrap();
+    }
+    eventually("the two oldest terminated pods are collected", || async {
+        let mut names: Vec<String> = pods
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|pod| pod.metadata.name)
+            .collect();
+        names.sort();
+        names == ["done-3", "running"]
+    })
+    .await;
+}
