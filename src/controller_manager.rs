@@ -39,6 +39,27 @@ pub struct ControllerManagerArgs {
     /// Terminated pods kept before the oldest are deleted (0: no limit).
     #[arg(long, default_value_t = 12_500)]
     terminated_pod_gc_threshold: usize,
+    /// The cluster's ServiceAccount private key (PEM, the server's `pki/sa.key`), to fill
+    /// `kubernetes.io/service-account-token` Secrets; without it they stay empty.
+    #[arg(long)]
+    service_account_private_key_file: Option<std::path::PathBuf>,
+}
+
+/// Mints legacy ServiceAccount tokens with the private key `pem`.
+pub fn legacy_minter(pem: &str) -> Result<rudder_controllers::tokens::Minter> {
+    use rudder_apiserver::authn::service_account::{legacy_token, TokenSigner};
+    let signer = TokenSigner::from_pem(pem).map_err(|error| anyhow::anyhow!(error))?;
+    Ok(std::sync::Arc::new(
+        move |token: &rudder_controllers::tokens::LegacyToken| {
+            legacy_token(
+                &signer,
+                &token.namespace,
+                &token.secret,
+                &token.account,
+                &token.account_uid,
+            )
+        },
+    ))
 }
 
 /// This process's identity in events and in the leader Lease: the host name and a unique
@@ -59,6 +80,14 @@ pub async fn run(args: ControllerManagerArgs, shutdown: CancellationToken) -> Re
     let kubeconfig = kube::config::Kubeconfig::read_from(&args.kubeconfig)
         .with_context(|| format!("reading {}", args.kubeconfig.display()))?;
     let root_ca = cluster_ca(&kubeconfig);
+    let legacy_tokens = match &args.service_account_private_key_file {
+        Some(path) => {
+            let pem = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            Some(legacy_minter(&pem).with_context(|| format!("{}", path.display()))?)
+        }
+        None => None,
+    };
     let config = kube::Config::from_custom_kubeconfig(
         kubeconfig,
         &kube::config::KubeConfigOptions::default(),
@@ -84,6 +113,7 @@ pub async fn run(args: ControllerManagerArgs, shutdown: CancellationToken) -> Re
             terminated_threshold: args.terminated_pod_gc_threshold,
             ..rudder_controllers::podgc::Settings::default()
         },
+        legacy_tokens,
     });
     manager.run(shutdown).await;
     Ok(())

@@ -282,6 +282,9 @@ async fn controller_manager(
                 terminated_threshold: terminated_pod_gc_threshold,
                 ..rudder_controllers::podgc::Settings::default()
             },
+            legacy_tokens: Some(crate::controller_manager::legacy_minter(
+                &running.pki.sa_key_pem,
+            )?),
         },
     ))
 }

@@ -31,6 +31,7 @@ pub mod runner;
 pub mod selection;
 pub mod serviceaccount;
 pub mod statefulset;
+pub mod tokens;
 pub mod workqueue;
 
 use std::sync::Arc;
@@ -86,6 +87,9 @@ pub struct Config {
     pub root_ca: Option<String>,
     /// How the pod garbage collector runs (`--terminated-pod-gc-threshold`).
     pub pod_gc: podgc::Settings,
+    /// Mints legacy ServiceAccount tokens with the cluster's key; without it the tokens
+    /// controller does not run.
+    pub legacy_tokens: Option<tokens::Minter>,
 }
 
 /// The controller-manager.
@@ -152,6 +156,20 @@ async fn run_controllers(config: Config, metrics: Arc<QueueMetrics>, shutdown: C
                 clusterrole_aggregation::controller(&informers, client, queue, token)
             }
             "pod-garbage-collector" => podgc::controller(&informers, client, config.pod_gc, token),
+            "serviceaccount-token" => match &config.legacy_tokens {
+                Some(mint) => tokens::controller(
+                    &informers,
+                    client,
+                    mint.clone(),
+                    config.root_ca.clone(),
+                    queue,
+                    token,
+                ),
+                None => {
+                    tracing::info!("no ServiceAccount key given: token Secrets are not filled");
+                    continue;
+                }
+            },
             "root-ca-cert-publisher" => match &config.root_ca {
                 Some(bundle) => {
                     rootca::controller(&informers, client, bundle.clone(), queue, token)

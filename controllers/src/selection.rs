@@ -23,6 +23,7 @@ pub const ALL: &[&str] = &[
     "ttl-after-finished",
     "clusterrole-aggregation",
     "pod-garbage-collector",
+    "serviceaccount-token",
 ];
 
 /// The controllers that run.

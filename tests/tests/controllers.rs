@@ -449,3 +449,77 @@ async fn terminated_pods_beyond_the_threshold_are_collected() {
     })
     .await;
 }
+
+/// A `kubernetes.io/service-account-token` Secret gets its account's long-lived token (valid
+/// while the Secret holds it), and goes with its account.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_secrets_are_filled_and_go_with_their_account() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = format!("sqlite://{}", dir.path().join("state.db").display());
+    let server = RudderServer::start_with_args(
+        env!("CARGO_BIN_EXE_rudder"),
+        &storage,
+        &["--controllers", "serviceaccount-token"],
+    );
+    let client = client(&server).await;
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+    accounts
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": "robot"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), "default");
+    let secret = serde_json::json!({"metadata": {"name": "robot-token",
+            "annotations": {"kubernetes.io/service-account.name": "robot"}},
+        "type": "kubernetes.io/service-account-token"});
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(secret).unwrap(),
+        )
+        .await
+        .unwrap();
+    eventually("the token Secret is filled", || async {
+        let data = secrets
+            .get("robot-token")
+            .await
+            .unwrap()
+            .data
+            .unwrap_or_default();
+        ["token", "ca.crt", "namespace"]
+            .iter()
+            .all(|key| data.contains_key(*key))
+    })
+    .await;
+    let data = secrets.get("robot-token").await.unwrap().data.unwrap();
+    let token = String::from_utf8(data["token"].0.clone()).unwrap();
+    let reviews: Api<k8s_openapi::api::authentication::v1::TokenReview> = Api::all(client.clone());
+    let review = |token: String| {
+        let reviews = reviews.clone();
+        async move {
+            let asked =
+                serde_json::from_value(serde_json::json!({"spec": {"token": token}})).unwrap();
+            reviews
+                .create(&PostParams::default(), &asked)
+                .await
+                .unwrap()
+                .status
+                .unwrap()
+        }
+    };
+    let status = review(token.clone()).await;
+    assert_eq!(status.authenticated, Some(true));
+    assert_eq!(
+        status.user.unwrap().username.as_deref(),
+        Some("system:serviceaccount:default:robot")
+    );
+    accounts.delete("robot", &Default::default()).await.unwrap();
+    eventually("the token Secret goes with its account", || async {
+        secrets.get_opt("robot-token").await.unwrap().is_none()
+    })
+    .await;
+    assert_ne!(review(token).await.authenticated, Some(true));
+}

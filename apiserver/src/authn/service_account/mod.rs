@@ -439,27 +439,27 @@ impl ServiceAccountTokens {
             "status": {"token": token, "expirationTimestamp": expires},
         }))
     }
+}
 
-    /// A legacy token for the Secret `secret` of ServiceAccount `account` (what the token
-    /// controller writes into Secrets of type `kubernetes.io/service-account-token`).
-    pub fn legacy_token(
-        &self,
-        namespace: &str,
-        secret: &str,
-        account: &str,
-        account_uid: &str,
-    ) -> Result<String, String> {
-        let claims = Claims {
-            iss: LEGACY_ISSUER.into(),
-            sub: user_name(namespace, account),
-            legacy_namespace: Some(namespace.into()),
-            legacy_secret: Some(secret.into()),
-            legacy_account: Some(account.into()),
-            legacy_account_uid: Some(account_uid.into()),
-            ..Claims::default()
-        };
-        self.signer.sign(&claims)
-    }
+/// A legacy token for the Secret `secret` of ServiceAccount `account`, signed by `signer` (what
+/// the tokens controller writes into Secrets of type `kubernetes.io/service-account-token`).
+pub fn legacy_token(
+    signer: &TokenSigner,
+    namespace: &str,
+    secret: &str,
+    account: &str,
+    account_uid: &str,
+) -> Result<String, String> {
+    let claims = Claims {
+        iss: LEGACY_ISSUER.into(),
+        sub: user_name(namespace, account),
+        legacy_namespace: Some(namespace.into()),
+        legacy_secret: Some(secret.into()),
+        legacy_account: Some(account.into()),
+        legacy_account_uid: Some(account_uid.into()),
+        ..Claims::default()
+    };
+    signer.sign(&claims)
 }
 
 fn account_user(namespace: &str, account: &Named) -> UserInfo {
