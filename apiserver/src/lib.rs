@@ -1,7 +1,8 @@
 //! rudder-apiserver: the Kubernetes REST API over the storage interface.
 //!
 //! A request goes: TLS accept (`tls`, client certificate captured) → authentication
-//! (`authn`: x509, token file) → authorization (`authz`) → decoding (`codec`: JSON, YAML,
+//! (`authn`: x509, token file, ServiceAccount and bootstrap tokens, impersonation) → audit
+//! (`audit`) → authorization (`authz`: system:masters, Node, RBAC) → decoding (`codec`: JSON, YAML,
 //! protobuf via `protobuf`) → the registry (`registry`: one generic store; each kind's rules in
 //! its file under `kinds`, which draw on `defaults`, `validation` and `tables`; admission from
 //! `rudder-admission`) →

@@ -1,5 +1,7 @@
-//! Request authentication: x509 client certificates first, then bearer tokens from the static
-//! token file. Authenticated users always get the `system:authenticated` group.
+//! Request authentication: x509 client certificates first, then bearer tokens — the static
+//! token file, ServiceAccount JWTs (`service_account`), bootstrap tokens (`bootstrap_token`);
+//! without credentials the anonymous user, unless turned off; `impersonation` then resolves
+//! `Impersonate-*` headers. Authenticated users always get the `system:authenticated` group.
 
 pub mod bootstrap_token;
 pub mod impersonation;
