@@ -241,6 +241,12 @@ async fn deployments_roll_out_scale_undo_and_clean_up(storage: String) {
         "{history}"
     );
 
+    // What the controller recorded (events.k8s.io) shows in `kubectl describe` (core Events).
+    eventually("describe shows the deployment's events", || async {
+        kubectl_ok(&server, &["describe", "deployment", "web"]).contains("ScalingReplicaSet")
+    })
+    .await;
+
     // Undo returns to the first template, as revision 3.
     kubectl_ok(&server, &["rollout", "undo", "deployment/web"]);
     kubectl_ok(

@@ -17,9 +17,10 @@ pub const CORE_EVENTS: ResourceInfo = resource!("", "v1", "Event", "events", "ev
         sub: &[], prefix: "/registry/events", k8s::core::v1::Event,
         strategy: &CoreEventStrategy, printer: &tables::events::CoreEventTable);
 
-/// events.k8s.io/v1 Event.
+/// events.k8s.io/v1 Event: stored with the core Events, in their form (as upstream stores one
+/// internal Event), so `kubectl describe` shows what controllers record through this API.
 pub const EVENTS: ResourceInfo = resource!("events.k8s.io", "v1", "Event", "events", "event", true, short: &["ev"], categories: NONE,
-        sub: &[], prefix: "/registry/events.k8s.io/events", k8s::events::v1::Event,
+        sub: &[], prefix: "/registry/events", k8s::events::v1::Event,
         strategy: &EventStrategy, printer: &tables::events::EventsV1Table);
 
 /// The rules of Event objects.
@@ -70,6 +71,14 @@ impl Strategy for EventStrategy {
     fn fields(&self) -> &'static FieldSet {
         &EVENTS_V1_FIELDS
     }
+
+    fn from_storage(&self, object: Value) -> Value {
+        convert(object, CORE_TO_V1, "events.k8s.io/v1")
+    }
+
+    fn to_storage(&self, object: Value) -> Value {
+        convert(object, V1_TO_CORE, "v1")
+    }
 }
 
 /// core/v1 Events select by `involvedObject.*` and the core names.
@@ -115,6 +124,41 @@ static EVENTS_V1_FIELDS: FieldSet = FieldSet {
     extract: |obj: &Value, fields: &mut Fields| event_fields(obj, fields, false),
 };
 
+/// The fields the two Event APIs name differently, (core, events.k8s.io/v1) — upstream's
+/// conversion; the rest (reason, type, action, eventTime, series, related, reportingInstance)
+/// are the same in both.
+const RENAMED: &[(&str, &str)] = &[
+    ("involvedObject", "regarding"),
+    ("message", "note"),
+    ("source", "deprecatedSource"),
+    ("firstTimestamp", "deprecatedFirstTimestamp"),
+    ("lastTimestamp", "deprecatedLastTimestamp"),
+    ("count", "deprecatedCount"),
+    ("reportingComponent", "reportingController"),
+];
+
+/// Which way a conversion goes.
+#[derive(Clone, Copy)]
+struct Direction(bool);
+const CORE_TO_V1: Direction = Direction(true);
+const V1_TO_CORE: Direction = Direction(false);
+
+/// `object` with its fields under the other API's names and `api_version`.
+fn convert(mut object: Value, direction: Direction, api_version: &str) -> Value {
+    let Some(map) = object.as_object_mut() else {
+        return object;
+    };
+    for (core, v1) in RENAMED {
+        let (from, to) = if direction.0 { (core, v1) } else { (v1, core) };
+        if let Some(value) = map.remove(*from) {
+            map.insert((*to).to_string(), value);
+        }
+    }
+    map.insert("apiVersion".into(), Value::String(api_version.into()));
+    map.insert("kind".into(), Value::String("Event".into()));
+    object
+}
+
 const OBJECT_REFERENCE_FIELDS: &[&str] = &[
     "kind",
     "namespace",
@@ -149,4 +193,27 @@ fn event_fields(obj: &Value, fields: &mut Fields, core: bool) {
     fields.insert("source".into(), source);
     fields.insert("reason".into(), at(obj, "/reason"));
     fields.insert("type".into(), at(obj, "/type"));
+}
+
+#[cfg(test)]
+mod conversion_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_events_v1_event_is_stored_as_a_core_event_and_back() {
+        let v1 = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": "e", "namespace": "a"},
+            "regarding": {"kind": "Deployment", "name": "web"}, "note": "Scaled up",
+            "reason": "ScalingReplicaSet", "type": "Normal", "reportingController": "deployment-controller",
+            "reportingInstance": "rudder-1", "action": "Scale", "deprecatedCount": 2});
+        let stored = EventStrategy.to_storage(v1.clone());
+        assert_eq!(stored["apiVersion"], "v1");
+        assert_eq!(stored["involvedObject"]["name"], "web");
+        assert_eq!(stored["message"], "Scaled up");
+        assert_eq!(stored["reportingComponent"], "deployment-controller");
+        assert_eq!(stored["count"], 2);
+        assert!(stored.get("note").is_none() && stored.get("regarding").is_none());
+        assert_eq!(EventStrategy.from_storage(stored), v1);
+    }
 }

@@ -75,12 +75,14 @@ pub fn decode_continue(token: &str) -> Result<(i64, String)> {
 }
 
 /// Parsed selectors of a list or watch, checked against the kind.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(super) struct Filter {
     pub labels: LabelSelector,
     pub fields: FieldSelector,
     /// The kind's field selector rules.
     field_set: &'static FieldSet,
+    /// The kind's rules, to show stored objects as its API does.
+    pub strategy: &'static dyn crate::kinds::Strategy,
 }
 
 impl Filter {
@@ -96,6 +98,7 @@ impl Filter {
             labels,
             fields,
             field_set,
+            strategy: info.strategy,
         })
     }
 
@@ -225,9 +228,11 @@ impl Registry {
                     }
                     break;
                 }
-                let object = object::from_stored(&kv.value, kv.mod_revision).map_err(|error| {
-                    ApiError::internal(format!("stored object is not JSON: {error}"))
-                })?;
+                let object = object::from_stored(&kv.value, kv.mod_revision)
+                    .map(|object| info.strategy.from_storage(object))
+                    .map_err(|error| {
+                        ApiError::internal(format!("stored object is not JSON: {error}"))
+                    })?;
                 if filter.matches(&object) {
                     items.push(object);
                 }

@@ -318,7 +318,11 @@ impl Registry {
 /// A storage event as this client sees it (None when neither state matches its selectors).
 fn translate(filter: &Filter, event: rudder_storage::Event) -> Option<WatchEvent> {
     let revision = event.kv.mod_revision;
-    let decode = |bytes: &[u8]| object::from_stored(bytes, revision).ok();
+    let decode = |bytes: &[u8]| {
+        object::from_stored(bytes, revision)
+            .ok()
+            .map(|object| filter.strategy.from_storage(object))
+    };
     let old = event.prev_kv.as_ref().and_then(|kv| decode(&kv.value));
     match event.kind {
         EventKind::Delete => {
