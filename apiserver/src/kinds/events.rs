@@ -72,11 +72,11 @@ impl Strategy for EventStrategy {
         &EVENTS_V1_FIELDS
     }
 
-    fn from_storage(&self, object: Value) -> Value {
+    fn stored_to_api(&self, object: Value) -> Value {
         convert(object, CORE_TO_V1, "events.k8s.io/v1")
     }
 
-    fn to_storage(&self, object: Value) -> Value {
+    fn api_to_stored(&self, object: Value) -> Value {
         convert(object, V1_TO_CORE, "v1")
     }
 }
@@ -207,13 +207,13 @@ mod conversion_tests {
             "regarding": {"kind": "Deployment", "name": "web"}, "note": "Scaled up",
             "reason": "ScalingReplicaSet", "type": "Normal", "reportingController": "deployment-controller",
             "reportingInstance": "rudder-1", "action": "Scale", "deprecatedCount": 2});
-        let stored = EventStrategy.to_storage(v1.clone());
+        let stored = EventStrategy.api_to_stored(v1.clone());
         assert_eq!(stored["apiVersion"], "v1");
         assert_eq!(stored["involvedObject"]["name"], "web");
         assert_eq!(stored["message"], "Scaled up");
         assert_eq!(stored["reportingComponent"], "deployment-controller");
         assert_eq!(stored["count"], 2);
         assert!(stored.get("note").is_none() && stored.get("regarding").is_none());
-        assert_eq!(EventStrategy.from_storage(stored), v1);
+        assert_eq!(EventStrategy.stored_to_api(stored), v1);
     }
 }

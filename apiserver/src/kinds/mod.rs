@@ -107,11 +107,11 @@ pub trait Strategy: Sync {
     /// The object as this API shows it, from its stored form: a kind stored in another API's
     /// form (events.k8s.io Events are stored as core Events, as upstream stores one internal
     /// Event) converts here; the rest are stored as they are shown.
-    fn from_storage(&self, object: Value) -> Value {
+    fn stored_to_api(&self, object: Value) -> Value {
         object
     }
-    /// The stored form of an object of this API (the inverse of [`Strategy::from_storage`]).
-    fn to_storage(&self, object: Value) -> Value {
+    /// The stored form of an object of this API (the inverse of [`Strategy::stored_to_api`]).
+    fn api_to_stored(&self, object: Value) -> Value {
         object
     }
     /// For a kind that is answered rather than stored (access and token reviews): the answer

@@ -51,7 +51,7 @@ pub(super) fn encode(info: &ResourceInfo, key: &[u8], object: &Value) -> Result<
             }],
         ));
     }
-    let stored_form = info.strategy.to_storage(object.clone());
+    let stored_form = info.strategy.api_to_stored(object.clone());
     let value = object::to_stored(&stored_form)
         .map_err(|error| ApiError::internal(format!("encoding object: {error}")))?;
     let size = key.len() + value.len();

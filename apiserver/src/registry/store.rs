@@ -93,7 +93,7 @@ impl Registry {
             return Ok(None);
         };
         let object = object::from_stored(&kv.value, kv.mod_revision)
-            .map(|object| info.strategy.from_storage(object))
+            .map(|object| info.strategy.stored_to_api(object))
             .map_err(|error| ApiError::internal(format!("stored object is not JSON: {error}")))?;
         Ok(Some(Stored {
             object,

@@ -321,7 +321,7 @@ fn translate(filter: &Filter, event: rudder_storage::Event) -> Option<WatchEvent
     let decode = |bytes: &[u8]| {
         object::from_stored(bytes, revision)
             .ok()
-            .map(|object| filter.strategy.from_storage(object))
+            .map(|object| filter.strategy.stored_to_api(object))
     };
     let old = event.prev_kv.as_ref().and_then(|kv| decode(&kv.value));
     match event.kind {
