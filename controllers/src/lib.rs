@@ -13,6 +13,7 @@ pub mod clusterrole_aggregation;
 pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
+pub mod disruption;
 pub mod endpoints;
 pub mod error;
 pub mod events;
@@ -156,6 +157,7 @@ async fn run_controllers(config: Config, metrics: Arc<QueueMetrics>, shutdown: C
                 clusterrole_aggregation::controller(&informers, client, queue, token)
             }
             "pod-garbage-collector" => podgc::controller(&informers, client, config.pod_gc, token),
+            "disruption" => disruption::controller(&informers, client, queue, token),
             "serviceaccount-token" => match &config.legacy_tokens {
                 Some(mint) => tokens::controller(
                     &informers,

@@ -24,6 +24,7 @@ pub const ALL: &[&str] = &[
     "clusterrole-aggregation",
     "pod-garbage-collector",
     "serviceaccount-token",
+    "disruption",
 ];
 
 /// The controllers that run.

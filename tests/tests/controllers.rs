@@ -529,3 +529,85 @@ async fn token_secrets_are_filled_and_go_with_their_account() {
     .await;
     assert_ne!(review(token).await.authenticated, Some(true));
 }
+
+/// A PodDisruptionBudget's status counts its pods (the disruption controller), as
+/// `kubectl get pdb` shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disruption_budgets_count_healthy_pods() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = format!("sqlite://{}", dir.path().join("state.db").display());
+    let server = RudderServer::start_with_args(
+        env!("CARGO_BIN_EXE_rudder"),
+        &storage,
+        &["--controllers", "replicaset,deployment,disruption"],
+    );
+    let client = client(&server).await;
+    let kubelet = ready_every_pod(client.clone());
+    kubectl_ok(
+        &server,
+        &[
+            "create",
+            "deployment",
+            "web",
+            "--image=busybox",
+            "--replicas=3",
+        ],
+    );
+    kubectl_ok(
+        &server,
+        &[
+            "create",
+            "pdb",
+            "web-min",
+            "--selector=app=web",
+            "--min-available=2",
+        ],
+    );
+    kubectl_ok(
+        &server,
+        &[
+            "create",
+            "pdb",
+            "web-max",
+            "--selector=app=web",
+            "--max-unavailable=50%",
+        ],
+    );
+    let budgets: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+        Api::namespaced(client.clone(), "default");
+    for (name, desired, allowed) in [("web-min", 2, 1), ("web-max", 1, 2)] {
+        eventually(&format!("{name}'s status"), || async {
+            budgets
+                .get(name)
+                .await
+                .unwrap()
+                .status
+                .is_some_and(|status| {
+                    status.expected_pods == 3
+                        && status.current_healthy == 3
+                        && status.desired_healthy == desired
+                        && status.disruptions_allowed == allowed
+                })
+        })
+        .await;
+    }
+    let table = kubectl_ok(&server, &["get", "pdb", "web-min"]);
+    let row = table
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect::<Vec<_>>();
+    assert_eq!(
+        row,
+        vec![
+            "web-min",
+            "2",
+            "N/A",
+            "1",
+            row.last().copied().unwrap_or("")
+        ],
+        "{table}"
+    );
+    kubelet.abort();
+}
