@@ -2,6 +2,8 @@
 //! print the same table.
 
 use k8s_openapi::api as k8s;
+use std::borrow::Cow;
+
 use serde_json::Value;
 
 use super::Strategy;
@@ -73,11 +75,11 @@ impl Strategy for EventStrategy {
     }
 
     fn stored_to_api(&self, object: Value) -> Value {
-        convert(object, CORE_TO_V1, "events.k8s.io/v1")
+        convert(object, true, "events.k8s.io/v1")
     }
 
-    fn api_to_stored(&self, object: Value) -> Value {
-        convert(object, V1_TO_CORE, "v1")
+    fn api_to_stored<'a>(&self, object: &'a Value) -> Cow<'a, Value> {
+        Cow::Owned(convert(object.clone(), false, "v1"))
     }
 }
 
@@ -137,19 +139,14 @@ const RENAMED: &[(&str, &str)] = &[
     ("reportingComponent", "reportingController"),
 ];
 
-/// Which way a conversion goes.
-#[derive(Clone, Copy)]
-struct Direction(bool);
-const CORE_TO_V1: Direction = Direction(true);
-const V1_TO_CORE: Direction = Direction(false);
-
-/// `object` with its fields under the other API's names and `api_version`.
-fn convert(mut object: Value, direction: Direction, api_version: &str) -> Value {
+/// `object` with its fields under the other API's names (core's to events.k8s.io/v1's when
+/// `to_v1`, else back) and `api_version`.
+fn convert(mut object: Value, to_v1: bool, api_version: &str) -> Value {
     let Some(map) = object.as_object_mut() else {
         return object;
     };
     for (core, v1) in RENAMED {
-        let (from, to) = if direction.0 { (core, v1) } else { (v1, core) };
+        let (from, to) = if to_v1 { (core, v1) } else { (v1, core) };
         if let Some(value) = map.remove(*from) {
             map.insert((*to).to_string(), value);
         }
@@ -207,7 +204,7 @@ mod conversion_tests {
             "regarding": {"kind": "Deployment", "name": "web"}, "note": "Scaled up",
             "reason": "ScalingReplicaSet", "type": "Normal", "reportingController": "deployment-controller",
             "reportingInstance": "rudder-1", "action": "Scale", "deprecatedCount": 2});
-        let stored = EventStrategy.api_to_stored(v1.clone());
+        let stored = EventStrategy.api_to_stored(&v1).into_owned();
         assert_eq!(stored["apiVersion"], "v1");
         assert_eq!(stored["involvedObject"]["name"], "web");
         assert_eq!(stored["message"], "Scaled up");

@@ -13,6 +13,8 @@
 
 use serde_json::Value;
 
+use std::borrow::Cow;
+
 use futures::future::BoxFuture;
 
 use crate::authn::{Authenticator, UserInfo};
@@ -110,9 +112,10 @@ pub trait Strategy: Sync {
     fn stored_to_api(&self, object: Value) -> Value {
         object
     }
-    /// The stored form of an object of this API (the inverse of [`Strategy::stored_to_api`]).
-    fn api_to_stored(&self, object: Value) -> Value {
-        object
+    /// The stored form of an object of this API (the inverse of [`Strategy::stored_to_api`]);
+    /// borrowed when it is stored as it is, as most kinds are (no copy on the write path).
+    fn api_to_stored<'a>(&self, object: &'a Value) -> Cow<'a, Value> {
+        Cow::Borrowed(object)
     }
     /// For a kind that is answered rather than stored (access and token reviews): the answer
     /// to a create of `object` by `asker` in `namespace`. `None` for a stored kind.

@@ -51,8 +51,8 @@ pub(super) fn encode(info: &ResourceInfo, key: &[u8], object: &Value) -> Result<
             }],
         ));
     }
-    let stored_form = info.strategy.api_to_stored(object.clone());
-    let value = object::to_stored(&stored_form)
+    let stored_form = info.strategy.api_to_stored(object);
+    let value = object::to_stored(stored_form.as_ref())
         .map_err(|error| ApiError::internal(format!("encoding object: {error}")))?;
     let size = key.len() + value.len();
     if size > MAX_STORED_VALUE_BYTES {
