@@ -221,81 +221,98 @@ impl Policy {
         }
     }
 
+    /// Every binding whose subjects include the caller, as upstream's rule resolver visits them:
+    /// the ClusterRoleBindings, then (for a namespaced request) the RoleBindings of `namespace`.
+    fn bindings_for<'a>(
+        &'a self,
+        user: &'a str,
+        groups: &'a [String],
+        namespace: &'a str,
+    ) -> impl Iterator<Item = Bound<'a>> + 'a {
+        let cluster = self.cluster_role_bindings.iter().map(|(name, binding)| {
+            (
+                "ClusterRoleBinding",
+                name,
+                "",
+                &binding.role_ref,
+                &binding.subjects,
+            )
+        });
+        let local = self
+            .role_bindings
+            .get(namespace)
+            .filter(|_| !namespace.is_empty())
+            .into_iter()
+            .flatten()
+            .map(move |(name, binding)| {
+                (
+                    "RoleBinding",
+                    name,
+                    namespace,
+                    &binding.role_ref,
+                    &binding.subjects,
+                )
+            });
+        cluster
+            .chain(local)
+            .filter_map(move |(kind, name, bound_in, role_ref, subjects)| {
+                let subject = subjects
+                    .iter()
+                    .flatten()
+                    .find(|subject| rules::applies_to(subject, user, groups, bound_in))?;
+                Some(Bound {
+                    kind,
+                    name,
+                    namespace: bound_in,
+                    role_ref,
+                    subject,
+                })
+            })
+    }
+
     /// Every rule granted to `user` in `namespace` ("" for the cluster scope): its
     /// ClusterRoleBindings', then its RoleBindings' there.
     pub fn rules_for(&self, user: &str, groups: &[String], namespace: &str) -> Vec<PolicyRule> {
-        let mut granted = Vec::new();
-        let applies = |subjects: &Option<Vec<Subject>>, bound_in: &str| {
-            subjects
-                .iter()
-                .flatten()
-                .any(|subject| rules::applies_to(subject, user, groups, bound_in))
-        };
-        for binding in self.cluster_role_bindings.values() {
-            if applies(&binding.subjects, "") {
-                granted.extend(
-                    self.referenced_rules(&binding.role_ref, "")
-                        .into_iter()
-                        .cloned(),
-                );
-            }
-        }
-        if !namespace.is_empty() {
-            for binding in self
-                .role_bindings
-                .get(namespace)
-                .into_iter()
-                .flatten()
-                .map(|(_, b)| b)
-            {
-                if applies(&binding.subjects, namespace) {
-                    granted.extend(
-                        self.referenced_rules(&binding.role_ref, namespace)
-                            .into_iter()
-                            .cloned(),
-                    );
-                }
-            }
-        }
-        granted
+        self.bindings_for(user, groups, namespace)
+            .flat_map(|bound| self.referenced_rules(bound.role_ref, bound.namespace))
+            .cloned()
+            .collect()
     }
 
     /// Upstream's answer for `attributes`: allowed with the binding that allows it, or no
     /// opinion.
     pub fn decide(&self, attributes: &Attributes) -> Decision {
-        fn applies<'a>(
-            subjects: &'a Option<Vec<Subject>>,
-            attributes: &Attributes,
-            namespace: &str,
-        ) -> Option<&'a Subject> {
-            subjects.iter().flatten().find(|subject| {
-                rules::applies_to(subject, &attributes.user, &attributes.groups, namespace)
-            })
-        }
-        let allowing = |role_ref: &RoleRef, namespace: &str| {
-            self.referenced_rules(role_ref, namespace)
-                .into_iter()
-                .any(|rule| rules::allows(rule, attributes))
-        };
-        for (name, binding) in &self.cluster_role_bindings {
-            if let Some(subject) = applies(&binding.subjects, attributes, "") {
-                if allowing(&binding.role_ref, "") {
-                    return allowed("ClusterRoleBinding", name, "", &binding.role_ref, subject);
-                }
-            }
-        }
         let namespace = attributes.namespace.as_str();
-        if namespace.is_empty() {
-            return Decision::NoOpinion;
-        }
-        for (name, binding) in self.role_bindings.get(namespace).into_iter().flatten() {
-            if let Some(subject) = applies(&binding.subjects, attributes, namespace) {
-                if allowing(&binding.role_ref, namespace) {
-                    return allowed("RoleBinding", name, namespace, &binding.role_ref, subject);
-                }
-            }
-        }
-        Decision::NoOpinion
+        self.bindings_for(&attributes.user, &attributes.groups, namespace)
+            .find(|bound| {
+                self.referenced_rules(bound.role_ref, bound.namespace)
+                    .into_iter()
+                    .any(|rule| rules::allows(rule, attributes))
+            })
+            .map_or(Decision::NoOpinion, |bound| bound.allowed())
+    }
+}
+
+/// A binding that applies to the caller, with the subject that names it.
+struct Bound<'a> {
+    kind: &'static str,
+    name: &'a str,
+    /// "" for a ClusterRoleBinding.
+    namespace: &'a str,
+    role_ref: &'a RoleRef,
+    subject: &'a Subject,
+}
+
+impl Bound<'_> {
+    /// Upstream's reason for an allowed request.
+    fn allowed(&self) -> Decision {
+        allowed(
+            self.kind,
+            self.name,
+            self.namespace,
+            self.role_ref,
+            self.subject,
+        )
     }
 }
 
