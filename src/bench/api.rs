@@ -360,14 +360,19 @@ async fn cleanup(url: &str, dir: &std::path::Path) -> Result<()> {
     wiped.and(removed)
 }
 
+/// A kube config from the server's admin kubeconfig.
+pub(super) async fn admin_config(running: &Running) -> Result<kube::Config> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(&running.kubeconfig)
+        .with_context(|| format!("reading {}", running.kubeconfig.display()))?;
+    kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .context("a kube config from the admin kubeconfig")
+}
+
 /// `count` kube clients from the server's admin kubeconfig, each with its own connection
 /// pool, warmed up (TLS handshake done) with a GET /version.
 async fn connect(running: &Running, count: usize) -> Result<Vec<Client>> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(&running.kubeconfig)
-        .with_context(|| format!("reading {}", running.kubeconfig.display()))?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .context("a kube config from the admin kubeconfig")?;
+    let config = admin_config(running).await?;
     let clients = (0..count)
         .map(|_| Client::try_from(config.clone()).context("building a kube client"))
         .collect::<Result<Vec<_>>>()?;

@@ -24,7 +24,7 @@ use rudder_apiserver::server::{self, Config, Running};
 use rudder_storage::Storage;
 use tokio_util::sync::CancellationToken;
 
-use super::api::{concise, concurrently, configmap};
+use super::api::{admin_config, concise, concurrently, configmap};
 
 const NAMESPACE: &str = "bench";
 const TOKEN: &str = "bench-token";
@@ -56,34 +56,17 @@ struct Variant {
     _dir: tempfile::TempDir,
 }
 
-async fn admin(running: &Running) -> Result<Client> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(&running.kubeconfig)?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
-    Ok(Client::try_from(config)?)
-}
-
-/// Clients that authenticate with the bench user's token.
-fn token_clients(running: &Running, count: usize) -> Result<Vec<Client>> {
-    let pem = running.pki.ca_cert_pem.as_bytes();
-    let ca = rustls_pemfile_der(pem)?;
+/// Clients that authenticate with the bench user's token (the admin kubeconfig's cluster,
+/// another user).
+async fn token_clients(running: &Running, count: usize) -> Result<Vec<Client>> {
+    let mut config = admin_config(running).await?;
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(TOKEN.to_string().into()),
+        ..Default::default()
+    };
     (0..count)
-        .map(|_| {
-            let mut config = kube::Config::new(format!("https://{}", running.addr).parse()?);
-            config.root_cert = Some(vec![ca.clone()]);
-            config.auth_info.token = Some(TOKEN.to_string().into());
-            Ok(Client::try_from(config)?)
-        })
+        .map(|_| Ok(Client::try_from(config.clone())?))
         .collect()
-}
-
-fn rustls_pemfile_der(pem: &[u8]) -> Result<Vec<u8>> {
-    use base64::Engine;
-    let text = std::str::from_utf8(pem)?;
-    let body: String = text
-        .lines()
-        .filter(|line| !line.starts_with("-----"))
-        .collect();
-    Ok(base64::engine::general_purpose::STANDARD.decode(body)?)
 }
 
 fn binding(name: String, namespace: &str, user: &str) -> RoleBinding {
@@ -125,7 +108,7 @@ async fn open(
     );
     let store = rudder_storage::open(&url).await?;
     let running = server::start(config, store.clone(), CancellationToken::new()).await?;
-    let admin = admin(&running).await?;
+    let admin = Client::try_from(admin_config(&running).await?)?;
     let namespaces: Api<Namespace> = Api::all(admin.clone());
     let mut names = vec![NAMESPACE.to_string()];
     names.extend((1..args.binding_namespaces.max(1)).map(|i| format!("bench-{i}")));
@@ -174,7 +157,7 @@ async fn open(
             started.elapsed().as_secs_f64()
         );
     }
-    let clients = token_clients(&running, args.clients)?;
+    let clients = token_clients(&running, args.clients).await?;
     // The policy follows the store by a watch: wait until the bench user may create.
     let probe: Api<ConfigMap> = Api::namespaced(clients[0].clone(), NAMESPACE);
     let deadline = Instant::now() + Duration::from_secs(30);
