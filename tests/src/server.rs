@@ -139,6 +139,74 @@ impl RudderServer {
             .unwrap_or_else(|error| panic!("cannot run kubectl.{version}: {error}"))
     }
 
+    /// A kubeconfig for this server's cluster: the admin's, with `auth` in place of the
+    /// admin's credentials when given, aimed at `other`'s address when given (another server
+    /// of the same cluster). Written (as JSON, which is YAML) into the temporary directory.
+    pub fn kubeconfig_with(
+        &self,
+        auth: Option<kube::config::AuthInfo>,
+        other: Option<&RudderServer>,
+    ) -> PathBuf {
+        let mut config = kube::config::Kubeconfig::read_from(&self.kubeconfig)
+            .expect("the server's admin kubeconfig");
+        if let Some(auth) = auth {
+            for user in &mut config.auth_infos {
+                user.auth_info = Some(auth.clone());
+            }
+        }
+        if let Some(other) = other {
+            let aim = kube::config::Kubeconfig::read_from(&other.kubeconfig)
+                .expect("the other server's admin kubeconfig");
+            let address = aim.clusters[0]
+                .cluster
+                .as_ref()
+                .expect("a cluster entry")
+                .server
+                .clone();
+            for cluster in config
+                .clusters
+                .iter_mut()
+                .filter_map(|c| c.cluster.as_mut())
+            {
+                cluster.server = address.clone();
+            }
+        }
+        static WRITTEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let index = WRITTEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let text = serde_json::to_string(&config).expect("a kubeconfig serializes");
+        self.write_file(&format!("kubeconfig-{index}.json"), &text)
+    }
+
+    /// Runs `kubectl.<version> --kubeconfig FILE args…`; returns (exit code, stdout, stderr),
+    /// with the transcript on stderr.
+    pub fn kubectl_with(
+        &self,
+        version: &str,
+        kubeconfig: &Path,
+        args: &[&str],
+    ) -> (i32, String, String) {
+        let output = self
+            .kubectl_command(version)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .output()
+            .unwrap_or_else(|error| panic!("cannot run kubectl.{version}: {error}"));
+        let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+        eprintln!(
+            "$ kubectl.{version} --kubeconfig {} {}\n{}{}",
+            kubeconfig.display(),
+            args.join(" "),
+            text(&output.stdout),
+            text(&output.stderr)
+        );
+        (
+            output.status.code().unwrap_or(-1),
+            text(&output.stdout),
+            text(&output.stderr),
+        )
+    }
+
     /// A file in the server's temporary directory holding `contents` (manifests for `-f`).
     pub fn write_file(&self, name: &str, contents: &str) -> PathBuf {
         let path = self.dir.path().join(name);

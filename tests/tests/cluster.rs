@@ -6,63 +6,27 @@
 // Test code: a failed expectation is meant to panic.
 #![allow(clippy::unwrap_used)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rudder_tests::{Kubectl, RudderServer};
 
-/// `server`'s admin kubeconfig, aimed at `other`'s address.
+/// `server`'s admin kubeconfig (or one with `token`), aimed at `other`'s address.
 fn kubeconfig_aimed_at(
     server: &RudderServer,
     other: &RudderServer,
     token: Option<&str>,
 ) -> PathBuf {
-    let aim = kube::config::Kubeconfig::read_from(other.kubeconfig()).unwrap();
-    let address = aim.clusters[0].cluster.as_ref().unwrap().server.clone();
-    let mut config = kube::config::Kubeconfig::read_from(server.kubeconfig()).unwrap();
-    for cluster in &mut config.clusters {
-        cluster.cluster.as_mut().unwrap().server = address.clone();
-    }
-    if let Some(token) = token {
-        for user in &mut config.auth_infos {
-            user.auth_info = Some(kube::config::AuthInfo {
-                token: Some(token.to_string().into()),
-                ..Default::default()
-            });
-        }
-    }
-    let name = format!(
-        "aimed-{}.json",
-        if token.is_some() { "token" } else { "admin" }
-    );
-    server.write_file(&name, &serde_json::to_string(&config).unwrap())
+    let auth = token.map(|token| kube::config::AuthInfo {
+        token: Some(token.to_string().into()),
+        ..Default::default()
+    });
+    server.kubeconfig_with(auth, Some(other))
 }
 
-fn kubectl_with(
-    server: &RudderServer,
-    kubeconfig: &PathBuf,
-    args: &[&str],
-) -> (i32, String, String) {
-    let output = server
-        .kubectl_command("1.33")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .output()
-        .unwrap();
-    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
-    eprintln!(
-        "$ kubectl {}\n{}{}",
-        args.join(" "),
-        text(&output.stdout),
-        text(&output.stderr)
-    );
-    (
-        output.status.code().unwrap_or(-1),
-        text(&output.stdout),
-        text(&output.stderr),
-    )
+fn kubectl_with(server: &RudderServer, kubeconfig: &Path, args: &[&str]) -> (i32, String, String) {
+    server.kubectl_with("1.33", kubeconfig, args)
 }
 
 fn one_cluster_on_one_store(storage: &str) {

@@ -5,7 +5,7 @@
 // Test code: a failed expectation is meant to panic.
 #![allow(clippy::unwrap_used)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rudder_tests::{Kubectl, RudderServer};
@@ -14,52 +14,27 @@ const TOKENS: &str = "alice-token,alice,1001,\"dev\"\ndave-token,dave,1002,\"ops
 
 /// A kubeconfig for the server's cluster that authenticates with `token`.
 fn token_kubeconfig(server: &RudderServer, token: &str) -> PathBuf {
-    let mut config = kube::config::Kubeconfig::read_from(server.kubeconfig()).unwrap();
-    for user in &mut config.auth_infos {
-        user.auth_info = Some(kube::config::AuthInfo {
-            token: Some(token.to_string().into()),
-            ..Default::default()
-        });
-    }
-    // JSON is YAML: kubectl reads it as it is.
-    let text = serde_json::to_string(&config).unwrap();
-    static WRITTEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let index = WRITTEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    server.write_file(&format!("kubeconfig-{index}.json"), &text)
+    let auth = kube::config::AuthInfo {
+        token: Some(token.to_string().into()),
+        ..Default::default()
+    };
+    server.kubeconfig_with(Some(auth), None)
 }
 
 /// Runs `kubectl` 1.33 with `kubeconfig` (alice's or dave's); returns (exit code, stdout,
 /// stderr).
-fn as_alice(server: &RudderServer, kubeconfig: &PathBuf, args: &[&str]) -> (i32, String, String) {
-    as_user(server, "1.33", kubeconfig, args)
+fn as_alice(server: &RudderServer, kubeconfig: &Path, args: &[&str]) -> (i32, String, String) {
+    server.kubectl_with("1.33", kubeconfig, args)
 }
 
 /// Runs `kubectl.<version>` with `kubeconfig`; returns (exit code, stdout, stderr).
 fn as_user(
     server: &RudderServer,
     version: &str,
-    kubeconfig: &PathBuf,
+    kubeconfig: &Path,
     args: &[&str],
 ) -> (i32, String, String) {
-    let output = server
-        .kubectl_command(version)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .output()
-        .unwrap();
-    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
-    eprintln!(
-        "$ (alice) kubectl {}\n{}{}",
-        args.join(" "),
-        text(&output.stdout),
-        text(&output.stderr)
-    );
-    (
-        output.status.code().unwrap_or(-1),
-        text(&output.stdout),
-        text(&output.stderr),
-    )
+    server.kubectl_with(version, kubeconfig, args)
 }
 
 /// Retries `check` for a few seconds: the policy follows the store by a watch.
