@@ -16,12 +16,9 @@ pub mod deployment;
 pub mod disruption;
 pub mod endpoints;
 pub mod error;
-pub mod events;
 pub mod expectations;
 pub mod gc;
-pub mod informers;
 pub mod job;
-pub mod leader;
 pub mod namespace;
 pub mod podgc;
 pub mod podtemplate;
@@ -34,6 +31,9 @@ pub mod serviceaccount;
 pub mod statefulset;
 pub mod tokens;
 pub mod workqueue;
+
+// Shared with the scheduler; re-exported so controllers name them as before.
+pub use rudder_runtime::{events, informers, leader};
 
 use std::sync::Arc;
 
