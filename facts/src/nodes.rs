@@ -49,6 +49,17 @@ fn term_matches(term: &NodeSelectorTerm, labels: &BTreeMap<String, String>, name
         })
 }
 
+/// Whether `node` satisfies one node-selector term (the scheduler's preferred-affinity terms).
+pub fn term_matches_node(term: &NodeSelectorTerm, node: &Node) -> bool {
+    let empty = BTreeMap::new();
+    let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
+    term_matches(
+        term,
+        labels,
+        node.metadata.name.as_deref().unwrap_or_default(),
+    )
+}
+
 /// Whether `node` satisfies the pod's `nodeSelector` and required node affinity.
 pub fn node_matches(pod: &PodSpec, node: &Node) -> bool {
     let empty = BTreeMap::new();

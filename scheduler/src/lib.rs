@@ -1,5 +1,219 @@
 //! rudder-scheduler: assigns pods to nodes.
 //!
-//! Not built yet. It will be a client of the apiserver through kube-rs: an
-//! active/backoff/unschedulable queue, a node cache with assumed pods, filter and score plugins,
-//! and binding through `pods/binding`. It never touches storage.
+//! A client of the apiserver through kube-rs, never of storage: shared informers on pods,
+//! nodes, namespaces and PodDisruptionBudgets feed a [`cache`] (with assumed pods) and a
+//! [`queue`] (active, backoff, unschedulable); one loop runs upstream's [`framework`] of
+//! filter and score [`plugins`] per pod ([`schedule`]), preempts lower-priority pods when
+//! nothing fits ([`preemption`]), and binds through `pods/binding` ([`cluster`]). Profiles,
+//! plugins, weights and arguments come from a `KubeSchedulerConfiguration` ([`config`]).
+//! With leader election on the Lease `kube-system/kube-scheduler`, of several schedulers
+//! exactly one works. Start at [`Runner::run`]; the flow is described in docs/scheduler.md.
+
+pub mod cache;
+pub mod cluster;
+pub mod config;
+pub mod framework;
+pub mod metrics;
+pub mod node_info;
+pub mod plugins;
+pub mod preemption;
+pub mod queue;
+pub mod resources;
+pub mod schedule;
+pub mod scheduler;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::Client;
+use rudder_runtime::informers::Informers;
+use rudder_runtime::leader;
+use tokio_util::sync::CancellationToken;
+
+pub use config::{ConfigError, SchedulerConfiguration};
+pub use metrics::Metrics;
+pub use scheduler::Scheduler;
+
+/// The name pods get when they name no scheduler, and the default profile's.
+pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
+
+/// A scheduler's settings.
+#[derive(Clone)]
+pub struct Config {
+    /// A client of the cluster's API, as the scheduler's identity.
+    pub client: Client,
+    /// Names this scheduler in events and in the leader-election Lease.
+    pub identity: String,
+    pub configuration: SchedulerConfiguration,
+    /// Hold the Lease `kube-system/kube-scheduler` and work only while leading.
+    pub leader_election: bool,
+}
+
+/// Builds every profile of `configuration`, or says what is wrong with it.
+pub fn profiles(
+    configuration: &SchedulerConfiguration,
+) -> Result<Vec<framework::Profile>, ConfigError> {
+    let default_percentage = configuration.percentage_of_nodes_to_score.unwrap_or(0);
+    let mut seen = std::collections::HashSet::new();
+    configuration
+        .profiles()
+        .iter()
+        .map(|profile| {
+            if !seen.insert(profile.scheduler_name.clone()) {
+                return Err(ConfigError::DuplicateProfile(
+                    profile.scheduler_name.clone(),
+                ));
+            }
+            plugins::profile(profile, default_percentage)
+        })
+        .collect()
+}
+
+/// Runs a scheduler.
+pub struct Runner {
+    config: Config,
+    metrics: Arc<Metrics>,
+}
+
+impl Runner {
+    /// Checks the configuration's profiles first.
+    pub fn new(config: Config) -> Result<Self, ConfigError> {
+        profiles(&config.configuration)?;
+        Ok(Self {
+            config,
+            metrics: Arc::new(Metrics::default()),
+        })
+    }
+
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
+    /// Schedules until `shutdown` (while leading, with leader election).
+    pub async fn run(self, shutdown: CancellationToken) {
+        let (config, metrics) = (self.config, self.metrics);
+        if !config.leader_election {
+            schedule(config, metrics, shutdown).await;
+            return;
+        }
+        let election = leader::Election {
+            namespace: "kube-system".into(),
+            name: "kube-scheduler".into(),
+            identity: config.identity.clone(),
+            timings: leader::Timings::default(),
+        };
+        leader::Elector::new(config.client.clone(), election)
+            .run(shutdown, move |leading| {
+                schedule(config.clone(), metrics.clone(), leading)
+            })
+            .await;
+    }
+}
+
+/// Whether `object` (just reported changed) is gone from `store`: absent, or replaced by a
+/// new object of the same name.
+fn deleted<K>(store: &Store<K>, object: &K) -> bool
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    let uid = object.meta().uid.as_deref();
+    store
+        .get(&ObjectRef::from_obj(object))
+        .is_none_or(|current| current.meta().uid.as_deref() != uid)
+}
+
+/// One term of scheduling: informers, handlers and the loop, until `shutdown`.
+async fn schedule(config: Config, metrics: Arc<Metrics>, shutdown: CancellationToken) {
+    let profiles = match profiles(&config.configuration) {
+        Ok(profiles) => profiles,
+        Err(error) => {
+            tracing::error!(%error, "the scheduler configuration is invalid");
+            return;
+        }
+    };
+    let informers = Informers::new(config.client.clone());
+    let pods = informers.get::<Pod>();
+    let nodes = informers.get::<Node>();
+    let namespaces = informers.get::<Namespace>().store;
+    let budgets = informers.get::<PodDisruptionBudget>().store;
+    let namespace_labels = Arc::new(move |name: &str| -> BTreeMap<String, String> {
+        namespaces
+            .get(&ObjectRef::new(name))
+            .and_then(|ns| ns.metadata.labels.clone())
+            .unwrap_or_default()
+    });
+    let list_budgets = Arc::new(move || budgets.state());
+    let cluster = Arc::new(cluster::KubeCluster::new(
+        config.client.clone(),
+        &config.identity,
+    ));
+    let scheduler = Scheduler::new(
+        profiles,
+        cluster,
+        namespace_labels,
+        list_budgets,
+        queue::Timings::default(),
+        metrics,
+        tokio::runtime::Handle::current(),
+    );
+    let (pod_store, node_store) = (pods.store.clone(), nodes.store.clone());
+    let pod_handler = {
+        let scheduler = scheduler.clone();
+        let store = pod_store.clone();
+        pods.changes.for_each(move |pod| {
+            scheduler.on_pod(pod.clone(), deleted(&store, pod.as_ref()));
+            futures::future::ready(())
+        })
+    };
+    let node_handler = {
+        let scheduler = scheduler.clone();
+        let store = node_store.clone();
+        nodes.changes.for_each(move |node| {
+            scheduler.on_node(node.clone(), deleted(&store, node.as_ref()));
+            futures::future::ready(())
+        })
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let looping = {
+        let (scheduler, stop, token) = (scheduler.clone(), stop.clone(), shutdown.clone());
+        async move {
+            tokio::select! {
+                _ = token.cancelled() => return,
+                ready = futures::future::try_join(pod_store.wait_until_ready(), node_store.wait_until_ready()) => {
+                    if ready.is_err() {
+                        return;
+                    }
+                }
+            }
+            tracing::info!(identity = %config.identity, "scheduler started");
+            let thread = std::thread::Builder::new()
+                .name("scheduler".into())
+                .spawn(move || scheduler.run_loop(&stop));
+            match thread {
+                Ok(thread) => {
+                    let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+                }
+                Err(error) => tracing::error!(%error, "starting the scheduling thread failed"),
+            }
+        }
+    };
+    let stopping = {
+        let (scheduler, stop, token) = (scheduler.clone(), stop.clone(), shutdown.clone());
+        async move {
+            token.cancelled().await;
+            stop.store(true, Ordering::Relaxed);
+            scheduler.close();
+        }
+    };
+    tokio::select! {
+        _ = informers.run(shutdown.clone()) => {}
+        _ = async { tokio::join!(pod_handler, node_handler, looping, stopping) } => {}
+    }
+}
