@@ -264,6 +264,21 @@ impl ApiError {
         }
     }
 
+    /// A 409 Conflict on a resource named as upstream qualifies it there (`pods/binding`).
+    pub fn conflict_on(resource: &str, name: &str, why: &str) -> Self {
+        Self {
+            details: Some(Box::new(Details {
+                name: name.to_string(),
+                kind: resource.to_string(),
+                ..Details::default()
+            })),
+            ..Self::new(
+                Reason::Conflict,
+                format!("Operation cannot be fulfilled on {resource} \"{name}\": {why}"),
+            )
+        }
+    }
+
     /// A 409 Conflict with a message of its own (server-side apply's field conflicts).
     pub fn conflict_plain(message: impl Into<String>) -> Self {
         Self::new(Reason::Conflict, message)

@@ -1,5 +1,6 @@
-//! Pods and PodTemplates. A pod starts Pending with its QoS class; a bound pod's delete waits
-//! out its grace period (the kubelet finishes it).
+//! Pods and PodTemplates. A pod starts Pending with its QoS class (and, while it has
+//! scheduling gates, the PodScheduled condition False for `SchedulingGated`); a bound pod's
+//! delete waits out its grace period (the kubelet finishes it).
 
 use k8s_openapi::api as k8s;
 use serde_json::{json, Value};
@@ -55,6 +56,16 @@ impl Strategy for PodStrategy {
             .map(|pod| rudder_facts::pods::qos_class(&pod).as_str())
             .unwrap_or("BestEffort");
         object["status"] = json!({"phase": "Pending", "qosClass": qos});
+        let gated = object["spec"]["schedulingGates"]
+            .as_array()
+            .is_some_and(|gates| !gates.is_empty());
+        if gated {
+            // Upstream's condition, which its printers show as the pod's status.
+            object["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "False",
+                "reason": "SchedulingGated",
+                "message": "Scheduling is blocked due to non-empty scheduling gates",
+                "lastProbeTime": null, "lastTransitionTime": null}]);
+        }
     }
 
     fn deletion_hold(&self, current: &Value, grace_period_seconds: Option<i64>) -> Option<Hold> {

@@ -610,7 +610,7 @@ fn canonicalize(
     }
 }
 
-fn check_preconditions(
+pub(super) fn check_preconditions(
     info: &ResourceInfo,
     name: &str,
     current: &Value,

@@ -66,6 +66,11 @@ pub(super) fn prepare_for_update(
         *new = merged;
         return;
     }
+    if subresource == Some(Subresource::Binding) {
+        // The binding builds the pod from the stored one (node, annotations, the PodScheduled
+        // condition): nothing is carried over.
+        return;
+    }
     if has_status_subresource(info) {
         match old.get("status") {
             Some(status) => new["status"] = status.clone(),
@@ -156,6 +161,24 @@ mod tests {
         );
         assert_ne!(pod["metadata"]["uid"], "forged");
         assert!(pod["metadata"].get("generation").is_none());
+    }
+
+    #[test]
+    fn a_gated_pod_starts_unscheduled_with_the_reason() {
+        let pods = catalog::find("", "v1", "pods").expect("pods");
+        let mut pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}],
+            "schedulingGates": [{"name": "example.com/wait"}]}});
+        prepare_for_create(pods, &mut pod);
+        assert_eq!(
+            pod["status"]["conditions"],
+            json!([{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+                "message": "Scheduling is blocked due to non-empty scheduling gates",
+                "lastProbeTime": null, "lastTransitionTime": null}])
+        );
+        let mut ungated = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}],
+            "schedulingGates": []}});
+        prepare_for_create(pods, &mut ungated);
+        assert!(ungated["status"].get("conditions").is_none(), "{ungated}");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use serde_json::{json, Value};
 
 use super::object;
+use super::store::{check_preconditions, Preconditions};
 use super::{Registry, Write, Written};
 use crate::catalog::{ResourceInfo, Subresource};
 use crate::error::{ApiError, Cause, Result};
@@ -172,6 +173,12 @@ impl Registry {
                 }],
             ));
         }
+        let preconditions = Preconditions {
+            uid: Some(object::meta_str(binding, "uid").to_string()),
+            resource_version: Some(object::meta_str(binding, "resourceVersion").to_string()),
+        };
+        let annotations = binding["metadata"]["annotations"].as_object().cloned();
+        // One write, as upstream's: whoever watches the pod sees it bound and scheduled at once.
         self.update_with(
             pods,
             namespace,
@@ -179,49 +186,68 @@ impl Registry {
             Some(Subresource::Binding),
             write,
             |current| {
+                let revision = object::meta_str(current, "resourceVersion")
+                    .parse()
+                    .unwrap_or(0);
+                check_preconditions(pods, name, current, revision, &preconditions)?;
+                let refused = |why: String| Err(ApiError::conflict_on("pods/binding", name, &why));
                 if object::is_deleting(current) {
-                    return Err(ApiError::conflict(
-                        pods,
-                        name,
-                        "pod is being deleted, cannot be assigned to a host",
+                    return refused(format!(
+                        "pod {name} is being deleted, cannot be assigned to a host"
                     ));
                 }
                 let assigned = current["spec"]["nodeName"].as_str().unwrap_or("");
                 if !assigned.is_empty() {
-                    return Err(ApiError::conflict(
-                        pods,
-                        name,
-                        &format!("pod {name} is already assigned to node \"{assigned}\""),
+                    return refused(format!(
+                        "pod {name} is already assigned to node \"{assigned}\""
                     ));
+                }
+                let gated = current["spec"]["schedulingGates"]
+                    .as_array()
+                    .is_some_and(|gates| !gates.is_empty());
+                if gated {
+                    return refused(format!("pod {name} has non-empty .spec.schedulingGates"));
                 }
                 let mut next = current.clone();
                 next["spec"]["nodeName"] = target.clone().into();
-                Ok(next)
-            },
-        )
-        .await?;
-        // The PodScheduled condition is status, which the main resource does not write.
-        self.update_with(
-            pods,
-            namespace,
-            name,
-            Some(Subresource::Status),
-            write,
-            |current| {
-                let mut next = current.clone();
-                let mut conditions: Vec<Value> = current["status"]["conditions"]
-                    .as_array()
-                    .cloned()
-                    .unwrap_or_default();
-                conditions.retain(|condition| condition["type"] != "PodScheduled");
-                conditions.push(json!({"type": "PodScheduled", "status": "True",
-                "lastProbeTime": null, "lastTransitionTime": object::now()}));
-                next["status"]["conditions"] = Value::Array(conditions);
+                if let Some(annotations) = &annotations {
+                    if !next["metadata"]["annotations"].is_object() {
+                        next["metadata"]["annotations"] = json!({});
+                    }
+                    if let Some(into) = next["metadata"]["annotations"].as_object_mut() {
+                        into.extend(annotations.clone());
+                    }
+                }
+                set_scheduled(&mut next);
                 Ok(next)
             },
         )
         .await?;
         Ok(())
+    }
+}
+
+/// Sets the PodScheduled condition True, as upstream's `UpdatePodCondition` does: the
+/// transition time moves only when the status changes.
+fn set_scheduled(pod: &mut Value) {
+    if !pod["status"].is_object() {
+        pod["status"] = json!({});
+    }
+    if !pod["status"]["conditions"].is_array() {
+        pod["status"]["conditions"] = json!([]);
+    }
+    let Some(conditions) = pod["status"]["conditions"].as_array_mut() else {
+        return;
+    };
+    let scheduled = json!({"type": "PodScheduled", "status": "True",
+        "lastProbeTime": null, "lastTransitionTime": object::now()});
+    match conditions
+        .iter_mut()
+        .find(|condition| condition["type"] == "PodScheduled")
+    {
+        Some(condition) if condition["status"] == "True" => {}
+        Some(condition) => *condition = scheduled,
+        None => conditions.push(scheduled),
     }
 }
 
@@ -240,6 +266,178 @@ mod tests {
         assert_eq!(scale["status"]["replicas"], 2);
         assert_eq!(scale["status"]["selector"], "app=web,tier in (a,b)");
         assert_eq!(scale["metadata"]["resourceVersion"], "5");
+    }
+
+    async fn registry() -> (Registry, tempfile::TempDir) {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let url = format!("sqlite://{}", dir.path().join("state.db").display());
+        let storage = rudder_storage::open(&url).await.expect("sqlite opens");
+        let cidr = super::super::allocator::Cidr::parse("10.96.0.0/12").expect("cidr");
+        let allocators = super::super::Allocators::new(storage.clone(), cidr, 30000..=32767);
+        let chain = std::sync::Arc::new(rudder_admission::Chain::new());
+        (Registry::new(storage, chain, allocators), dir)
+    }
+
+    fn write() -> Write {
+        Write {
+            caller: Default::default(),
+            dry_run: false,
+            field_validation: crate::request::FieldValidation::Strict,
+            field_manager: None,
+            managed_fields_set: false,
+        }
+    }
+
+    fn pods() -> &'static ResourceInfo {
+        crate::catalog::find("", "v1", "pods").expect("pods")
+    }
+
+    async fn create_pod(registry: &Registry, spec_patch: Value) -> Value {
+        let mut pod = json!({"metadata": {"name": "p", "namespace": "d"},
+            "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
+        if let (Some(spec), Some(extra)) = (pod["spec"].as_object_mut(), spec_patch.as_object()) {
+            spec.extend(extra.clone());
+        }
+        let input = super::super::store::Input {
+            object: pod,
+            duplicate_fields: Vec::new(),
+        };
+        registry
+            .create(pods(), Some("d"), input, &write())
+            .await
+            .expect("the pod is created")
+            .object
+    }
+
+    async fn bind(registry: &Registry, binding: Value) -> Result<()> {
+        registry
+            .bind_pod(pods(), Some("d"), "p", &binding, &write())
+            .await
+    }
+
+    fn to(node: &str) -> Value {
+        json!({"metadata": {"name": "p"}, "target": {"kind": "Node", "name": node}})
+    }
+
+    fn revision(object: &Value) -> i64 {
+        object::meta_str(object, "resourceVersion")
+            .parse()
+            .expect("a numeric resourceVersion")
+    }
+
+    #[tokio::test]
+    async fn binding_sets_the_node_and_the_scheduled_condition_in_one_write() {
+        let (registry, _dir) = registry().await;
+        let created = create_pod(&registry, json!({})).await;
+        let mut binding = to("n1");
+        binding["metadata"]["annotations"] = json!({"scheduled-by": "test"});
+        bind(&registry, binding).await.expect("the pod binds");
+        let bound = registry.get(pods(), Some("d"), "p").await.expect("the pod");
+        assert_eq!(bound["spec"]["nodeName"], "n1");
+        assert_eq!(bound["metadata"]["annotations"]["scheduled-by"], "test");
+        let conditions = bound["status"]["conditions"]
+            .as_array()
+            .expect("conditions");
+        assert_eq!(conditions.len(), 1, "{conditions:?}");
+        assert_eq!(conditions[0]["type"], "PodScheduled");
+        assert_eq!(conditions[0]["status"], "True");
+        assert_eq!(revision(&bound), revision(&created) + 1, "one write");
+    }
+
+    #[tokio::test]
+    async fn binding_a_bound_pod_conflicts_as_upstream_says() {
+        let (registry, _dir) = registry().await;
+        create_pod(&registry, json!({})).await;
+        bind(&registry, to("n1")).await.expect("the pod binds");
+        let refused = bind(&registry, to("n2")).await.expect_err("bound once");
+        assert_eq!(refused.code, 409, "{refused:?}");
+        assert_eq!(
+            refused.message,
+            "Operation cannot be fulfilled on pods/binding \"p\": pod p is already assigned to node \"n1\""
+        );
+        let details = refused.details.expect("details");
+        assert_eq!(
+            (details.name.as_str(), details.kind.as_str()),
+            ("p", "pods/binding")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_gated_pod_cannot_be_bound() {
+        let (registry, _dir) = registry().await;
+        create_pod(&registry, json!({"schedulingGates": [{"name": "wait"}]})).await;
+        let refused = bind(&registry, to("n1")).await.expect_err("gated");
+        assert_eq!(refused.code, 409, "{refused:?}");
+        assert_eq!(
+            refused.message,
+            "Operation cannot be fulfilled on pods/binding \"p\": pod p has non-empty .spec.schedulingGates"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_pod_being_deleted_cannot_be_bound() {
+        let (registry, _dir) = registry().await;
+        let created = create_pod(&registry, json!({})).await;
+        let mut held = created.clone();
+        held["metadata"]["finalizers"] = json!(["example.com/hold"]);
+        registry
+            .update_with(pods(), Some("d"), "p", None, &write(), |_| Ok(held.clone()))
+            .await
+            .expect("a finalizer");
+        registry
+            .delete(pods(), Some("d"), "p", &Default::default(), &write())
+            .await
+            .expect("the delete is accepted");
+        let refused = bind(&registry, to("n1")).await.expect_err("deleting");
+        assert_eq!(refused.code, 409, "{refused:?}");
+        assert_eq!(
+            refused.message,
+            "Operation cannot be fulfilled on pods/binding \"p\": pod p is being deleted, cannot be assigned to a host"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_bindings_uid_must_be_the_pods() {
+        let (registry, _dir) = registry().await;
+        let created = create_pod(&registry, json!({})).await;
+        let mut stale = to("n1");
+        stale["metadata"]["uid"] = json!("another-pod");
+        let refused = bind(&registry, stale)
+            .await
+            .expect_err("another pod's binding");
+        assert_eq!(refused.code, 409, "{refused:?}");
+        assert!(
+            refused
+                .message
+                .contains("Precondition failed: UID in precondition: another-pod"),
+            "{refused:?}"
+        );
+        let mut matching = to("n1");
+        matching["metadata"]["uid"] = created["metadata"]["uid"].clone();
+        bind(&registry, matching).await.expect("this pod's binding");
+    }
+
+    #[tokio::test]
+    async fn the_status_takes_a_nominated_node() {
+        let (registry, _dir) = registry().await;
+        create_pod(&registry, json!({})).await;
+        registry
+            .update_with(
+                pods(),
+                Some("d"),
+                "p",
+                Some(Subresource::Status),
+                &write(),
+                |current| {
+                    let mut next = current.clone();
+                    next["status"]["nominatedNodeName"] = json!("n2");
+                    Ok(next)
+                },
+            )
+            .await
+            .expect("the status is written");
+        let pod = registry.get(pods(), Some("d"), "p").await.expect("the pod");
+        assert_eq!(pod["status"]["nominatedNodeName"], "n2");
     }
 
     #[test]

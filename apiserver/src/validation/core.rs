@@ -61,39 +61,20 @@ fn spec<'a>(obj: &'a Value, errs: &mut Errs) -> &'a Value {
 pub fn validate_pod(obj: &Value, old: Option<&Value>, errs: &mut Errs) {
     let s = spec(obj, errs);
     validate_pod_spec(s, "spec", errs);
-    let Some(old_spec) = old.and_then(|o| o.get("spec")) else {
-        return;
-    };
-    // Only images, activeDeadlineSeconds, tolerations and terminationGracePeriodSeconds may change.
-    let mut masked = s.clone();
-    for list in ["containers", "initContainers"] {
-        let olds = old_spec.get(list).and_then(Value::as_array);
-        if let (Some(new), Some(olds)) = (masked.get_mut(list).and_then(Value::as_array_mut), olds)
-        {
-            for (c, oc) in new.iter_mut().zip(olds) {
-                if let (Some(c), Some(img)) = (c.as_object_mut(), oc.get("image")) {
-                    c.insert("image".into(), img.clone());
-                }
+    match old {
+        Some(old) => super::pod_update::validate_pod_update(obj, old, errs),
+        None => {
+            let gated = s["schedulingGates"]
+                .as_array()
+                .is_some_and(|g| !g.is_empty());
+            let on_node = s["nodeName"].as_str().is_some_and(|n| !n.is_empty());
+            if gated && on_node {
+                errs.push(FieldError::forbidden(
+                    "spec.nodeName",
+                    "cannot be set until all schedulingGates have been cleared",
+                ));
             }
         }
-    }
-    if let Some(m) = masked.as_object_mut() {
-        for f in [
-            "activeDeadlineSeconds",
-            "tolerations",
-            "terminationGracePeriodSeconds",
-        ] {
-            match old_spec.get(f) {
-                Some(v) => m.insert(f.into(), v.clone()),
-                None => m.remove(f),
-            };
-        }
-    }
-    if &masked != old_spec {
-        errs.push(FieldError::forbidden(
-            "spec",
-            "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
-        ));
     }
 }
 

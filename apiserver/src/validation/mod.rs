@@ -17,6 +17,9 @@ pub mod misc;
 pub mod names;
 pub mod networking;
 pub mod pod;
+mod pod_update;
+#[cfg(test)]
+mod pod_update_tests;
 mod quantity;
 pub mod rbac;
 pub mod service;

@@ -122,6 +122,7 @@ pub fn validate_pod_spec(spec: &Value, path: &str, errs: &mut Errs) {
         json::bool_at(spec, path, f, errs);
     }
     validate_tolerations(spec, path, errs);
+    validate_scheduling_gates(spec, path, errs);
     for (p, s) in json::objs_at(spec, path, "imagePullSecrets", errs) {
         json::str_at(s, &p, "name", errs);
     }
@@ -560,5 +561,19 @@ fn validate_tolerations(spec: &Value, path: &str, errs: &mut Errs) {
             ));
         }
         json::int_at(t, &tp, "tolerationSeconds", errs);
+    }
+}
+
+/// Each scheduling gate has a qualified name, once.
+fn validate_scheduling_gates(spec: &Value, path: &str, errs: &mut Errs) {
+    let mut seen = HashSet::new();
+    for (gp, gate) in json::objs_at(spec, path, "schedulingGates", errs) {
+        let name = json::str_or_empty(gate, &gp, "name", errs);
+        for msg in names::is_qualified_name(name) {
+            errs.push(FieldError::invalid(&gp, name, msg));
+        }
+        if !seen.insert(name) {
+            errs.push(FieldError::duplicate(&gp, name));
+        }
     }
 }
