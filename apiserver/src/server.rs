@@ -60,6 +60,10 @@ pub struct Config {
 /// The controller-manager's user (its certificate's CN), bound to the role of that name.
 pub const CONTROLLER_MANAGER_USER: &str = "system:kube-controller-manager";
 
+/// The scheduler's user (its certificate's CN), bound to `system:kube-scheduler` and
+/// `system:volume-scheduler`.
+pub const SCHEDULER_USER: &str = "system:kube-scheduler";
+
 /// Upstream's default Service ClusterIP range.
 pub const DEFAULT_SERVICE_CLUSTER_IP_RANGE: Cidr = Cidr {
     base: Ipv4Addr::new(10, 96, 0, 0),
@@ -138,6 +142,9 @@ pub struct Running {
     /// The controller-manager's kubeconfig (`system:kube-controller-manager`, held to its
     /// role), for the controllers it runs or a `rudder controller-manager` elsewhere.
     pub controller_manager_kubeconfig: PathBuf,
+    /// The scheduler's kubeconfig (`system:kube-scheduler`, held to its roles), for the
+    /// scheduler it runs or one elsewhere.
+    pub scheduler_kubeconfig: PathBuf,
     pub pki: Pki,
     /// This server's own token: a child of the caller's, so [`Running::stop`] stops this
     /// server alone.
@@ -251,9 +258,11 @@ async fn cluster_pki(
 struct Kubeconfigs {
     admin: PathBuf,
     controller_manager: PathBuf,
+    scheduler: PathBuf,
 }
 
-/// Writes the admin's and the controller-manager's kubeconfigs for `server_url`.
+/// Writes the admin's, the controller-manager's and the scheduler's kubeconfigs for
+/// `server_url`.
 fn write_kubeconfigs(
     data_dir: &std::path::Path,
     pki: &Pki,
@@ -263,22 +272,40 @@ fn write_kubeconfigs(
     pki::write_private_file(&admin, &pki::admin_kubeconfig(pki, server_url))
         .map_err(StartError::Kubeconfig)?;
     let controller_manager = data_dir.join("controller-manager.kubeconfig");
+    write_component_kubeconfig(
+        &controller_manager,
+        pki,
+        server_url,
+        CONTROLLER_MANAGER_USER,
+    )?;
+    let scheduler = data_dir.join("scheduler.kubeconfig");
+    write_component_kubeconfig(&scheduler, pki, server_url, SCHEDULER_USER)?;
+    Ok(Kubeconfigs {
+        admin,
+        controller_manager,
+        scheduler,
+    })
+}
+
+/// Writes to `path` a kubeconfig with a fresh client certificate for `user` (no groups).
+fn write_component_kubeconfig(
+    path: &std::path::Path,
+    pki: &Pki,
+    server_url: &str,
+    user: &str,
+) -> Result<(), StartError> {
     let (cert, key) = pki
-        .issue_client_cert(CONTROLLER_MANAGER_USER, &[])
+        .issue_client_cert(user, &[])
         .map_err(StartError::Kubeconfig)?;
     let component = pki::kubeconfig::client_kubeconfig(
         pki::kubeconfig::CLUSTER_NAME,
         server_url,
         &pki.ca_cert_pem,
-        CONTROLLER_MANAGER_USER,
+        user,
         &cert,
         &key,
     );
-    pki::write_private_file(&controller_manager, &component).map_err(StartError::Kubeconfig)?;
-    Ok(Kubeconfigs {
-        admin,
-        controller_manager,
-    })
+    pki::write_private_file(path, &component).map_err(StartError::Kubeconfig)
 }
 
 /// `system:masters`, then the modes asked for; RBAC's policy (returned too, for the escalation
@@ -415,6 +442,7 @@ pub async fn start(
     let Kubeconfigs {
         admin: kubeconfig,
         controller_manager: controller_manager_kubeconfig,
+        scheduler: scheduler_kubeconfig,
     } = write_kubeconfigs(&config.data_dir, &pki, &server_url)?;
 
     let app = router(state);
@@ -430,6 +458,7 @@ pub async fn start(
         addr,
         kubeconfig,
         controller_manager_kubeconfig,
+        scheduler_kubeconfig,
         pki,
         shutdown,
         serving,

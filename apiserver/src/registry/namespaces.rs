@@ -50,22 +50,35 @@ pub async fn bootstrap(registry: &Registry, apiserver_port: u16, advertise: &str
         catalog::find("rbac.authorization.k8s.io", "v1", "clusterroles").ok_or_else(missing)?;
     let bindings = catalog::find("rbac.authorization.k8s.io", "v1", "clusterrolebindings")
         .ok_or_else(missing)?;
-    let defaults = crate::authz::rbac::defaults::cluster_roles()
-        .into_iter()
-        .map(|role| (roles, role))
+    let namespaced_roles =
+        catalog::find("rbac.authorization.k8s.io", "v1", "roles").ok_or_else(missing)?;
+    let namespaced_bindings =
+        catalog::find("rbac.authorization.k8s.io", "v1", "rolebindings").ok_or_else(missing)?;
+    use crate::authz::rbac::defaults;
+    let defaults = (defaults::cluster_roles().into_iter().map(|o| (roles, o)))
         .chain(
-            crate::authz::rbac::defaults::cluster_role_bindings()
+            defaults::cluster_role_bindings()
                 .into_iter()
-                .map(|binding| (bindings, binding)),
+                .map(|o| (bindings, o)),
+        )
+        .chain(defaults::roles().into_iter().map(|o| (namespaced_roles, o)))
+        .chain(
+            defaults::role_bindings()
+                .into_iter()
+                .map(|o| (namespaced_bindings, o)),
         );
     for (info, object) in defaults {
         let name = object::name(&object).to_string();
-        let Some(stored) = registry.read(info, None, &name).await? else {
+        let namespace = info
+            .namespaced
+            .then(|| object::meta_str(&object, "namespace").to_string());
+        let namespace = namespace.as_deref();
+        let Some(stored) = registry.read(info, namespace, &name).await? else {
             let input = Input {
                 object,
                 duplicate_fields: Vec::new(),
             };
-            match registry.create(info, None, input, &write).await {
+            match registry.create(info, namespace, input, &write).await {
                 Ok(_) => tracing::debug!(kind = info.kind, name, "created a default RBAC object"),
                 Err(error) if error.is_already_exists() => {}
                 Err(error) => return Err(error),
@@ -77,7 +90,7 @@ pub async fn bootstrap(registry: &Registry, apiserver_port: u16, advertise: &str
         // was added to it stays.
         if reconciled(&stored.object, &object).is_some() {
             registry
-                .update_with(info, None, &name, None, &write, |current| {
+                .update_with(info, namespace, &name, None, &write, |current| {
                     Ok(reconciled(current, &object).unwrap_or_else(|| current.clone()))
                 })
                 .await?;

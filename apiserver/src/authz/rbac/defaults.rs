@@ -1,11 +1,14 @@
 //! The roles and bindings a cluster starts with, after upstream's bootstrap policy: the
 //! superuser role bound to `system:masters`, discovery and public information for everyone
 //! authenticated, the self-reviews, and the user-facing `admin`, `edit` and `view` built by
-//! aggregation from `system:aggregate-to-*` (so a CRD's roles can join them by label). Each is
-//! created when missing, labelled `kubernetes.io/bootstrapping: rbac-defaults` and annotated
-//! `rbac.authorization.kubernetes.io/autoupdate: "true"`.
+//! aggregation from `system:aggregate-to-*` (so a CRD's roles can join them by label), and the
+//! control-plane components' identities (the controller-manager's here, the scheduler's in
+//! [`scheduler`]). Each is created when missing, labelled `kubernetes.io/bootstrapping:
+//! rbac-defaults` and annotated `rbac.authorization.kubernetes.io/autoupdate: "true"`.
 
 use serde_json::{json, Value};
+
+mod scheduler;
 
 const READ: &[&str] = &["get", "list", "watch"];
 const WRITE: &[&str] = &["create", "delete", "deletecollection", "patch", "update"];
@@ -59,6 +62,22 @@ const TO_VIEW: (&str, &str) = ("rbac.authorization.k8s.io/aggregate-to-view", "t
 
 /// The default ClusterRoles.
 pub fn cluster_roles() -> Vec<Value> {
+    let mut roles = own_cluster_roles();
+    roles.extend(scheduler::cluster_roles());
+    roles
+}
+
+/// The default Roles (each in its namespace, kube-system).
+pub fn roles() -> Vec<Value> {
+    scheduler::roles()
+}
+
+/// The default RoleBindings (each in its namespace, kube-system).
+pub fn role_bindings() -> Vec<Value> {
+    scheduler::role_bindings()
+}
+
+fn own_cluster_roles() -> Vec<Value> {
     vec![
         cluster_role(
             "cluster-admin",
@@ -395,6 +414,12 @@ fn user_binding(name: &str, role: &str, user: &str) -> Value {
 
 /// The default ClusterRoleBindings.
 pub fn cluster_role_bindings() -> Vec<Value> {
+    let mut bindings = own_cluster_role_bindings();
+    bindings.extend(scheduler::cluster_role_bindings());
+    bindings
+}
+
+fn own_cluster_role_bindings() -> Vec<Value> {
     vec![
         binding("cluster-admin", "cluster-admin", &["system:masters"]),
         binding(
