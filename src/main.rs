@@ -10,6 +10,7 @@
 mod bench;
 mod controller_manager;
 mod gateway;
+mod scheduler;
 mod serve;
 mod storage_check;
 
@@ -39,6 +40,8 @@ enum Command {
     Etcd(gateway::EtcdArgs),
     /// Run the controllers (ReplicaSet, …) against a cluster through a kubeconfig.
     ControllerManager(controller_manager::ControllerManagerArgs),
+    /// Run the scheduler alone against a cluster's API (`rudder server` runs it in-process).
+    Scheduler(scheduler::SchedulerArgs),
     /// Storage tools.
     Storage {
         #[command(subcommand)]
@@ -124,6 +127,7 @@ fn main() -> ExitCode {
             Command::ControllerManager(args) => {
                 controller_manager::run(args, shutdown_on_signal()).await
             }
+            Command::Scheduler(args) => scheduler::run(args, shutdown_on_signal()).await,
             Command::Kubeconfig(args) => serve::kubeconfig(args),
             Command::Version => {
                 println!("rudder {}", env!("CARGO_PKG_VERSION"));

@@ -78,6 +78,12 @@ pub struct ServerArgs {
     /// Run no controllers in this process (another process runs them, or none does).
     #[arg(long)]
     disable_controller_manager: bool,
+    /// Run no scheduler in this process (another process runs it, or none does).
+    #[arg(long)]
+    disable_scheduler: bool,
+    /// The in-process scheduler's KubeSchedulerConfiguration (profiles, plugins, weights).
+    #[arg(long)]
+    scheduler_config: Option<PathBuf>,
     /// Terminated pods kept before the pod garbage collector deletes the oldest (0: no limit).
     #[arg(long, default_value_t = 12_500)]
     terminated_pod_gc_threshold: usize,
@@ -162,6 +168,13 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
     } else {
         Some(rudder_controllers::Selection::parse(&args.controllers)?)
     };
+    let scheduler_configuration = if args.disable_scheduler {
+        None
+    } else {
+        Some(crate::scheduler::configuration(
+            args.scheduler_config.as_deref(),
+        )?)
+    };
     let audit = match (args.audit_log_path, args.audit_policy_file) {
         (Some(log_path), policy_file) => Some(rudder_apiserver::audit::AuditConfig {
             policy_file,
@@ -225,6 +238,19 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
             }
         }
     }
+    let mut scheduler = None;
+    if let Some(configuration) = scheduler_configuration {
+        // As `system:kube-scheduler`, with leader election so one of several servers schedules.
+        match crate::scheduler::runner(&running.scheduler_kubeconfig, configuration, true).await {
+            Ok(runner) => scheduler = Some(tokio::spawn(runner.run(shutdown.child_token()))),
+            Err(error) => {
+                shutdown.cancel();
+                let _ = running.wait().await;
+                store.close().await;
+                return Err(error);
+            }
+        }
+    }
     let gateway = args.etcd_listen.map(|listen| {
         let gateway = crate::gateway::Serve {
             store: store.clone(),
@@ -242,6 +268,11 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
     if let Some(controllers) = controllers {
         if let Err(error) = controllers.await {
             outcome = outcome.and(Err(error).context("the controller-manager task"));
+        }
+    }
+    if let Some(scheduler) = scheduler {
+        if let Err(error) = scheduler.await {
+            outcome = outcome.and(Err(error).context("the scheduler task"));
         }
     }
     if let Some(gateway) = gateway {

@@ -126,6 +126,13 @@ pub struct Pending {
     pub gated: usize,
 }
 
+/// Whether an update can change where the pod fits (upstream ignores status-only updates).
+fn changed_for_scheduling(old: &PodInfo, new: &PodInfo) -> bool {
+    old.pod.spec != new.pod.spec
+        || old.pod.metadata.labels != new.pod.metadata.labels
+        || old.pod.metadata.annotations != new.pod.metadata.annotations
+}
+
 /// The queue; shared by the informer handlers and the scheduling loop.
 pub struct SchedulingQueue {
     inner: Mutex<Inner>,
@@ -191,6 +198,17 @@ impl SchedulingQueue {
                 inner
                     .pods
                     .insert(queued.info.uid.clone(), (queued, Place::InFlight, sequence));
+            }
+            Some((mut queued, place))
+                if !changed_for_scheduling(&queued.info, &info)
+                    && (place == Place::Gated) == gated =>
+            {
+                // Only its status moved (often our own condition): it stays where it is.
+                queued.info = info;
+                let sequence = inner.pods.get(&queued.info.uid).map(|e| e.2).unwrap_or(0);
+                inner
+                    .pods
+                    .insert(queued.info.uid.clone(), (queued, place, sequence));
             }
             Some((mut queued, place)) => {
                 queued.info = info;
@@ -472,6 +490,22 @@ mod tests {
         assert_eq!(queue.pending().gated, 1);
         queue.upsert(pod("gated", 0), false);
         assert_eq!(popped(&queue).as_deref(), Some("gated"));
+    }
+
+    #[test]
+    fn a_status_only_update_leaves_an_unschedulable_pod_waiting_but_a_spec_change_moves_it() {
+        let queue = quick();
+        queue.upsert(pod("p", 0), false);
+        let first = queue.pop(Duration::from_millis(1)).expect("pod");
+        queue.requeue(first, ["NodeResourcesFit"].into(), false);
+        let mut with_status = Pod::clone(&pod("p", 0).pod);
+        with_status.status = Some(Default::default());
+        queue.upsert(Arc::new(PodInfo::new(Arc::new(with_status))), false);
+        assert_eq!(queue.pending().unschedulable, 1);
+        let mut relabelled = Pod::clone(&pod("p", 0).pod);
+        relabelled.metadata.labels = Some([("tier".to_string(), "web".to_string())].into());
+        queue.upsert(Arc::new(PodInfo::new(Arc::new(relabelled))), false);
+        assert_eq!(queue.pending().unschedulable, 0);
     }
 
     #[test]
