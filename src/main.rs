@@ -75,6 +75,9 @@ enum BenchCommand {
     /// What authorization costs: ConfigMap creates by an RBAC-bound token user with
     /// AlwaysAllow, RBAC, and RBAC with thousands of RoleBindings, with ratios to AlwaysAllow.
     Authz(bench::authz::AuthzBenchArgs),
+    /// Scheduling throughput shaped like upstream's scheduler_perf (SchedulingBasic, pod
+    /// anti-affinity, topology spreading, preemption) on an in-process apiserver per driver.
+    Scheduler(bench::scheduler::SchedulerBenchArgs),
 }
 
 /// The process's one signal handler: a token cancelled on SIGINT (ctrl-c) or SIGTERM, handed to
@@ -146,6 +149,9 @@ fn main() -> ExitCode {
             Command::Bench {
                 command: BenchCommand::Authz(args),
             } => bench::authz::run(args).await,
+            Command::Bench {
+                command: BenchCommand::Scheduler(args),
+            } => bench::scheduler::run(args).await,
         }
     });
     match result {

@@ -44,7 +44,31 @@ where
     pub changes: UnboundedReceiverStream<Arc<K>>,
 }
 
-type Subscribers<K> = Arc<Mutex<Vec<mpsc::UnboundedSender<Arc<K>>>>>;
+/// One change, saying whether the object was deleted (for clients that keep state of their
+/// own per object, like the scheduler's cache).
+#[derive(Debug)]
+pub struct Change<K> {
+    /// The new state, or the last state of a deleted object.
+    pub object: Arc<K>,
+    pub deleted: bool,
+}
+
+/// A read-only view of one type's objects and a subscription to its [`Change`]s.
+pub struct Watched<K: Resource + Clone + 'static>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    pub store: Store<K>,
+    pub changes: UnboundedReceiverStream<Change<K>>,
+}
+
+/// A subscriber: of objects, or of changes with their kind.
+enum Subscriber<K> {
+    Objects(mpsc::UnboundedSender<Arc<K>>),
+    Changes(mpsc::UnboundedSender<Change<K>>),
+}
+
+type Subscribers<K> = Arc<Mutex<Vec<Subscriber<K>>>>;
 
 /// One type's store and its subscribers.
 struct Entry<K: Resource + Clone + 'static>
@@ -97,6 +121,35 @@ impl Informers {
         }
     }
 
+    /// As [`Informers::get`], with changes that say whether the object was deleted.
+    pub fn watch<K>(&self) -> Watched<K>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    {
+        let informer = self.get::<K>();
+        let (sender, receiver) = mpsc::unbounded_channel();
+        // `get` created the entry; subscribe to it a second way.
+        let entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(entry) = entries
+            .get(&TypeId::of::<K>())
+            .and_then(|entry| entry.downcast_ref::<Entry<K>>())
+        {
+            entry
+                .subscribers
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .push(Subscriber::Changes(sender));
+        }
+        Watched {
+            store: informer.store,
+            changes: UnboundedReceiverStream::new(receiver),
+        }
+    }
+
     fn create<K>(&self) -> Entry<K>
     where
         K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -138,18 +191,26 @@ where
         .subscribers
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .push(sender);
+        .push(Subscriber::Objects(sender));
     Informer {
         store: entry.store.clone(),
         changes: UnboundedReceiverStream::new(receiver),
     }
 }
 
-fn broadcast<K>(subscribers: &Subscribers<K>, object: &Arc<K>) {
+fn broadcast<K>(subscribers: &Subscribers<K>, object: &Arc<K>, deleted: bool) {
     subscribers
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .retain(|subscriber| subscriber.send(object.clone()).is_ok());
+        .retain(|subscriber| match subscriber {
+            Subscriber::Objects(sender) => sender.send(object.clone()).is_ok(),
+            Subscriber::Changes(sender) => sender
+                .send(Change {
+                    object: object.clone(),
+                    deleted,
+                })
+                .is_ok(),
+        });
 }
 
 /// One type's watch: keeps `writer`'s store current and tells every subscriber each change.
@@ -194,12 +255,13 @@ async fn reflect<K>(
         }
         writer.apply_watcher_event(&event);
         match event {
-            watcher::Event::Apply(object)
-            | watcher::Event::InitApply(object)
-            | watcher::Event::Delete(object) => broadcast(&subscribers, &Arc::new(object)),
+            watcher::Event::Apply(object) | watcher::Event::InitApply(object) => {
+                broadcast(&subscribers, &Arc::new(object), false)
+            }
+            watcher::Event::Delete(object) => broadcast(&subscribers, &Arc::new(object), true),
             watcher::Event::InitDone => {
                 for (_, vanished) in before_relist.take().unwrap_or_default() {
-                    broadcast(&subscribers, &vanished);
+                    broadcast(&subscribers, &vanished, true);
                 }
             }
             watcher::Event::Init => {}

@@ -25,13 +25,13 @@ pub mod scheduler;
 mod tests;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::Client;
 use rudder_runtime::informers::Informers;
 use rudder_runtime::leader;
@@ -117,18 +117,6 @@ impl Runner {
     }
 }
 
-/// Whether `object` (just reported changed) is gone from `store`: absent, or replaced by a
-/// new object of the same name.
-fn deleted<K>(store: &Store<K>, object: &K) -> bool
-where
-    K: kube::Resource<DynamicType = ()> + Clone + 'static,
-{
-    let uid = object.meta().uid.as_deref();
-    store
-        .get(&ObjectRef::from_obj(object))
-        .is_none_or(|current| current.meta().uid.as_deref() != uid)
-}
-
 /// One term of scheduling: informers, handlers and the loop, until `shutdown`.
 async fn schedule(config: Config, metrics: Arc<Metrics>, shutdown: CancellationToken) {
     let profiles = match profiles(&config.configuration) {
@@ -139,8 +127,8 @@ async fn schedule(config: Config, metrics: Arc<Metrics>, shutdown: CancellationT
         }
     };
     let informers = Informers::new(config.client.clone());
-    let pods = informers.get::<Pod>();
-    let nodes = informers.get::<Node>();
+    let pods = informers.watch::<Pod>();
+    let nodes = informers.watch::<Node>();
     let namespaces = informers.get::<Namespace>().store;
     let budgets = informers.get::<PodDisruptionBudget>().store;
     let namespace_labels = Arc::new(move |name: &str| -> BTreeMap<String, String> {
@@ -164,25 +152,30 @@ async fn schedule(config: Config, metrics: Arc<Metrics>, shutdown: CancellationT
         tokio::runtime::Handle::current(),
     );
     let (pod_store, node_store) = (pods.store.clone(), nodes.store.clone());
+    // How many changes each handler has taken in: scheduling starts once they have taken in
+    // at least the initial lists (the stores being ready is not enough — the cache is fed
+    // from the change streams, which may lag behind).
+    let (pods_seen, nodes_seen) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let pod_handler = {
-        let scheduler = scheduler.clone();
-        let store = pod_store.clone();
-        pods.changes.for_each(move |pod| {
-            scheduler.on_pod(pod.clone(), deleted(&store, pod.as_ref()));
+        let (scheduler, seen) = (scheduler.clone(), pods_seen.clone());
+        pods.changes.for_each(move |change| {
+            scheduler.on_pod(change.object, change.deleted);
+            seen.fetch_add(1, Ordering::Relaxed);
             futures::future::ready(())
         })
     };
     let node_handler = {
-        let scheduler = scheduler.clone();
-        let store = node_store.clone();
-        nodes.changes.for_each(move |node| {
-            scheduler.on_node(node.clone(), deleted(&store, node.as_ref()));
+        let (scheduler, seen) = (scheduler.clone(), nodes_seen.clone());
+        nodes.changes.for_each(move |change| {
+            scheduler.on_node(change.object, change.deleted);
+            seen.fetch_add(1, Ordering::Relaxed);
             futures::future::ready(())
         })
     };
     let stop = Arc::new(AtomicBool::new(false));
     let looping = {
         let (scheduler, stop, token) = (scheduler.clone(), stop.clone(), shutdown.clone());
+        // A pop that waits is woken by close(), so the thread notices `stop` at once.
         async move {
             tokio::select! {
                 _ = token.cancelled() => return,
@@ -191,6 +184,12 @@ async fn schedule(config: Config, metrics: Arc<Metrics>, shutdown: CancellationT
                         return;
                     }
                 }
+            }
+            let (initial_pods, initial_nodes) = (pod_store.state().len(), node_store.state().len());
+            while pods_seen.load(Ordering::Relaxed) < initial_pods
+                || nodes_seen.load(Ordering::Relaxed) < initial_nodes
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
             tracing::info!(identity = %config.identity, "scheduler started");
             let thread = std::thread::Builder::new()
@@ -204,16 +203,11 @@ async fn schedule(config: Config, metrics: Arc<Metrics>, shutdown: CancellationT
             }
         }
     };
-    let stopping = {
-        let (scheduler, stop, token) = (scheduler.clone(), stop.clone(), shutdown.clone());
-        async move {
-            token.cancelled().await;
-            stop.store(true, Ordering::Relaxed);
-            scheduler.close();
-        }
-    };
     tokio::select! {
         _ = informers.run(shutdown.clone()) => {}
-        _ = async { tokio::join!(pod_handler, node_handler, looping, stopping) } => {}
+        _ = async { tokio::join!(pod_handler, node_handler, looping) } => {}
     }
+    // Whichever ended first, the scheduling thread ends too (it holds the API client).
+    stop.store(true, Ordering::Relaxed);
+    scheduler.close();
 }

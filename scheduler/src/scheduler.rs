@@ -32,7 +32,13 @@ pub struct Scheduler {
     budgets: Arc<BudgetLister>,
     pub metrics: Arc<Metrics>,
     runtime: tokio::runtime::Handle,
+    /// Bounds the API writes in flight (bindings, conditions, evictions): the scheduler may
+    /// run ahead of the apiserver, but never with thousands of connections at once.
+    writes: Arc<tokio::sync::Semaphore>,
 }
+
+/// API writes the scheduler has in flight at most (each may hold a connection).
+pub const MAX_WRITES_IN_FLIGHT: usize = 64;
 
 /// What the scheduling loop carries from one cycle to the next.
 #[derive(Default)]
@@ -66,6 +72,7 @@ impl Scheduler {
             budgets,
             metrics,
             runtime,
+            writes: Arc::new(tokio::sync::Semaphore::new(MAX_WRITES_IN_FLIGHT)),
         })
     }
 
@@ -136,6 +143,7 @@ impl Scheduler {
             .and_then(|s| s.nominated_node_name.clone());
         self.cache().set_nominated(info.clone(), nominated);
         let gated = !profile.pre_enqueue(&info).is_success();
+        tracing::trace!(pod = %info.key, gated, "queued");
         self.queue.upsert(info, gated);
     }
 
@@ -262,7 +270,7 @@ impl Scheduler {
                 let write =
                     self.cluster
                         .mark_unschedulable(&pod.pod, &message, nominated.as_deref());
-                self.runtime.spawn(async move {
+                self.spawn_write(async move {
                     if let Err(error) = write.await {
                         tracing::debug!(%error, "updating the PodScheduled condition failed");
                     }
@@ -270,6 +278,20 @@ impl Scheduler {
                 self.queue.requeue(queued, diagnosis.plugins, false);
             }
         }
+    }
+
+    /// Runs an API write on the runtime, at most [`MAX_WRITES_IN_FLIGHT`] at a time.
+    fn spawn_write<F>(&self, write: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let writes = self.writes.clone();
+        self.runtime.spawn(async move {
+            let Ok(_permit) = writes.acquire_owned().await else {
+                return;
+            };
+            write.await;
+        });
     }
 
     fn evict(&self, victim: &PodInfo, preemptor: &PodInfo, node: &str) {
@@ -284,7 +306,7 @@ impl Scheduler {
         );
         let eviction = self.cluster.evict(&victim.pod, &preemptor.pod);
         let key = victim.key.clone();
-        self.runtime.spawn(async move {
+        self.spawn_write(async move {
             if let Err(error) = eviction.await {
                 tracing::warn!(%error, victim = %key, "evicting a preemption victim failed");
             }
@@ -301,7 +323,7 @@ impl Scheduler {
     ) {
         let this = self.clone();
         let write = self.cluster.bind(&queued.info.pod, &node);
-        self.runtime.spawn(async move {
+        self.spawn_write(async move {
             let writing = Instant::now();
             let result = write.await;
             let binding_micros = writing.elapsed().as_micros() as u64;

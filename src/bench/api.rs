@@ -286,10 +286,17 @@ async fn close_all(servers: Vec<Server>) {
     }
 }
 
-/// The storage URL of a subject: a fresh SQLite file, PostgreSQL schema or etcd key prefix.
-fn storage_url(
+/// Where the subjects' servers keep their data.
+pub(super) struct Backends<'a> {
+    pub postgres_url: &'a str,
+    pub etcd_endpoint: &'a str,
+}
+
+/// The storage URL of a subject: a fresh SQLite file, PostgreSQL schema or etcd key prefix,
+/// named by `tag`.
+pub(super) fn storage_url(
     name: &str,
-    args: &ApiBenchArgs,
+    backends: &Backends,
     tag: &str,
     dir: &std::path::Path,
 ) -> Result<String> {
@@ -299,13 +306,13 @@ fn storage_url(
             dir.join("state.db").display()
         ),
         "postgres" => {
-            let base = &args.postgres_url;
+            let base = backends.postgres_url;
             let separator = if base.contains('?') { '&' } else { '?' };
-            format!("{base}{separator}schema=rudder_bench_api_{tag}&compact_interval=0")
+            format!("{base}{separator}schema=rudder_bench_{tag}&compact_interval=0")
         }
         "etcd" => format!(
-            "etcd://{}/rudder-bench-api-{tag}?compact_interval=0",
-            args.etcd_endpoint
+            "etcd://{}/rudder-bench-{tag}?compact_interval=0",
+            backends.etcd_endpoint
         ),
         other => bail!("unknown subject {other:?}: use sqlite, postgres or etcd"),
     })
@@ -313,7 +320,11 @@ fn storage_url(
 
 async fn open(name: &str, args: &ApiBenchArgs, tag: &str, clients: usize) -> Result<Server> {
     let dir = std::env::temp_dir().join(format!("rudder-bench-api-{tag}-{name}"));
-    let url = storage_url(name, args, tag, &dir)?;
+    let backends = Backends {
+        postgres_url: &args.postgres_url,
+        etcd_endpoint: &args.etcd_endpoint,
+    };
+    let url = storage_url(name, &backends, &format!("api_{tag}"), &dir)?;
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut config = Config::new(dir.join("apiserver"));
     config.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
@@ -351,7 +362,7 @@ async fn open(name: &str, args: &ApiBenchArgs, tag: &str, clients: usize) -> Res
 }
 
 /// Wipes what a subject's store holds and removes its directory.
-async fn cleanup(url: &str, dir: &std::path::Path) -> Result<()> {
+pub(super) async fn cleanup(url: &str, dir: &std::path::Path) -> Result<()> {
     let wiped = rudder_storage::wipe(url)
         .await
         .context("wiping what the subject wrote");

@@ -4,13 +4,15 @@
 //! hits them alike; every figure is also given as a ratio to real etcd measured in the same run.
 //! This file has the flags and the driver loop; `workloads` the traffic, `subjects` what is
 //! measured, `report` the figures and files, `charts` the pictures. `api` (with `api_report`)
-//! is `rudder bench api`, the same idea through the Kubernetes API over HTTPS.
+//! is `rudder bench api`, the same idea through the Kubernetes API over HTTPS; `authz` and
+//! `scheduler` measure authorization and the scheduler.
 
 pub mod api;
 mod api_report;
 pub mod authz;
 mod charts;
 mod report;
+pub mod scheduler;
 mod subjects;
 mod workloads;
 
