@@ -7,7 +7,7 @@
 //! from the nodes whose generation moved since the last cycle (copy-on-write: the cache
 //! clones a node's info only when it changes one that a snapshot still shares).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,6 +38,11 @@ pub struct Cache {
     generation: u64,
     /// Set when nodes were added or removed (the snapshot's order must be rebuilt).
     membership_changed: bool,
+    /// Nodes changed since the last snapshot (only these are copied into it).
+    dirty: HashSet<String>,
+    /// Set when a node's image list changed (the snapshot's image spread is recounted).
+    images_changed: bool,
+    nominated_changed: bool,
     assumed_ttl: Duration,
 }
 
@@ -48,10 +53,12 @@ pub struct Snapshot {
     index: HashMap<String, usize>,
     generation: u64,
     /// Indices of nodes with pods that have (anti-)affinity, and required anti-affinity.
-    pub with_affinity: Vec<usize>,
-    pub with_required_anti_affinity: Vec<usize>,
+    pub with_affinity: BTreeSet<usize>,
+    pub with_required_anti_affinity: BTreeSet<usize>,
     /// Nominated pods by node name.
     pub nominated: HashMap<String, Vec<Arc<PodInfo>>>,
+    /// How many nodes hold each image (ImageLocality's spread).
+    pub image_spread: HashMap<String, usize>,
 }
 
 impl Snapshot {
@@ -69,12 +76,18 @@ impl Cache {
             nominated: HashMap::new(),
             generation: 0,
             membership_changed: true,
+            dirty: HashSet::new(),
+            images_changed: true,
+            nominated_changed: true,
             assumed_ttl,
         }
     }
 
     fn node_mut(&mut self, name: &str) -> &mut NodeInfo {
         self.generation += 1;
+        if !self.dirty.contains(name) {
+            self.dirty.insert(name.to_string());
+        }
         let generation = self.generation;
         let entry = self.nodes.entry(name.to_string()).or_insert_with(|| {
             self.ghosts.insert(name.to_string());
@@ -95,7 +108,12 @@ impl Cache {
     pub fn upsert_node(&mut self, node: Arc<Node>) {
         let name = node.metadata.name.clone().unwrap_or_default();
         let known = self.nodes.contains_key(&name);
-        self.node_mut(&name).set_node(node);
+        let info = self.node_mut(&name);
+        let images_before = std::mem::take(&mut info.images);
+        info.set_node(node);
+        if info.images != images_before {
+            self.images_changed = true;
+        }
         if self.ghosts.remove(&name) || !known {
             self.membership_changed = true;
         }
@@ -111,12 +129,13 @@ impl Cache {
             self.nodes.remove(name);
         }
         self.membership_changed = true;
+        self.images_changed = true;
     }
 
     /// Counts `pod` on `node` before its binding is written.
     pub fn assume(&mut self, pod: Arc<PodInfo>, node: &str) {
         self.node_mut(node).add_pod(pod.clone());
-        self.nominated.remove(&pod.uid);
+        self.nominated_changed |= self.nominated.remove(&pod.uid).is_some();
         self.pods.insert(
             pod.uid.clone(),
             PodState {
@@ -163,7 +182,7 @@ impl Cache {
             self.node_mut(&previous.node).remove_pod(&info.uid);
             self.drop_empty_ghost(&previous.node);
         }
-        self.nominated.remove(&info.uid);
+        self.nominated_changed |= self.nominated.remove(&info.uid).is_some();
         self.node_mut(&node).add_pod(info.clone());
         self.pods.insert(
             info.uid.clone(),
@@ -178,7 +197,7 @@ impl Cache {
 
     /// A pod deleted, or finished (its resources are free again).
     pub fn remove_pod(&mut self, uid: &str) {
-        self.nominated.remove(uid);
+        self.nominated_changed |= self.nominated.remove(uid).is_some();
         if let Some(state) = self.pods.remove(uid) {
             self.node_mut(&state.node).remove_pod(uid);
             self.drop_empty_ghost(&state.node);
@@ -190,9 +209,10 @@ impl Cache {
         match node {
             Some(node) if !node.is_empty() => {
                 self.nominated.insert(pod.uid.clone(), (node, pod));
+                self.nominated_changed = true;
             }
             _ => {
-                self.nominated.remove(&pod.uid);
+                self.nominated_changed |= self.nominated.remove(&pod.uid).is_some();
             }
         }
     }
@@ -239,35 +259,59 @@ impl Cache {
                 .enumerate()
                 .map(|(i, name)| ((*name).clone(), i))
                 .collect();
+            snapshot.with_affinity.clear();
+            snapshot.with_required_anti_affinity.clear();
+            for i in 0..snapshot.nodes.len() {
+                let node = snapshot.nodes[i].clone();
+                index_affinity(snapshot, i, node);
+            }
             self.membership_changed = false;
-        } else if snapshot.generation != self.generation {
-            for slot in snapshot.nodes.iter_mut() {
-                if let Some(current) = self.nodes.get(&slot.name) {
-                    if current.generation > snapshot.generation {
-                        *slot = current.clone();
-                    }
+        } else {
+            for name in &self.dirty {
+                let (Some(&i), Some(current)) = (snapshot.index.get(name), self.nodes.get(name))
+                else {
+                    continue;
+                };
+                snapshot.nodes[i] = current.clone();
+                index_affinity(snapshot, i, current.clone());
+            }
+        }
+        self.dirty.clear();
+        snapshot.generation = self.generation;
+        if self.nominated_changed {
+            snapshot.nominated.clear();
+            for (node, pod) in self.nominated.values() {
+                snapshot
+                    .nominated
+                    .entry(node.clone())
+                    .or_default()
+                    .push(pod.clone());
+            }
+            self.nominated_changed = false;
+        }
+        if self.images_changed {
+            snapshot.image_spread.clear();
+            for node in &snapshot.nodes {
+                for image in node.images.keys() {
+                    *snapshot.image_spread.entry(image.clone()).or_default() += 1;
                 }
             }
+            self.images_changed = false;
         }
-        snapshot.generation = self.generation;
-        snapshot.with_affinity.clear();
-        snapshot.with_required_anti_affinity.clear();
-        for (i, node) in snapshot.nodes.iter().enumerate() {
-            if node.pods_with_affinity > 0 {
-                snapshot.with_affinity.push(i);
-            }
-            if node.pods_with_required_anti_affinity > 0 {
-                snapshot.with_required_anti_affinity.push(i);
-            }
-        }
-        snapshot.nominated.clear();
-        for (node, pod) in self.nominated.values() {
-            snapshot
-                .nominated
-                .entry(node.clone())
-                .or_default()
-                .push(pod.clone());
-        }
+    }
+}
+
+/// Records whether node `i` holds pods with (required anti-)affinity.
+fn index_affinity(snapshot: &mut Snapshot, i: usize, node: Arc<NodeInfo>) {
+    if node.pods_with_affinity > 0 {
+        snapshot.with_affinity.insert(i);
+    } else {
+        snapshot.with_affinity.remove(&i);
+    }
+    if node.pods_with_required_anti_affinity > 0 {
+        snapshot.with_required_anti_affinity.insert(i);
+    } else {
+        snapshot.with_required_anti_affinity.remove(&i);
     }
 }
 

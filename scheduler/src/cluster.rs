@@ -79,10 +79,22 @@ impl KubeCluster {
                 instance: Some(identity.to_string()),
             },
         );
+        let (writer, identity) = (client.clone(), identity.to_string());
         tokio::spawn(
             tokio_stream_of(queue).for_each_concurrent(8, move |(pod, event)| {
                 let recorder = recorder.clone();
+                let (writer, identity) = (writer.clone(), identity.clone());
                 async move {
+                    if !event.warning {
+                        // One event per pod and reason, written directly: kube's recorder,
+                        // which folds repeats into series, keeps every event it wrote and
+                        // scans them all on each write — fine for the warnings, quadratic
+                        // for a Scheduled event per pod.
+                        if let Err(error) = create_event(writer, &identity, &pod, &event).await {
+                            tracing::debug!(%error, "recording a scheduler event failed");
+                        }
+                        return;
+                    }
                     let published = Event {
                         type_: if event.warning {
                             EventType::Warning
@@ -109,6 +121,44 @@ impl KubeCluster {
             pod.metadata.namespace.as_deref().unwrap_or("default"),
         )
     }
+}
+
+/// Writes one `events.k8s.io/v1` Event about `pod`.
+async fn create_event(
+    client: Client,
+    identity: &str,
+    pod: &Pod,
+    event: &PodEvent,
+) -> Result<(), kube::Error> {
+    let namespace = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let name = format!(
+        "{}.{:016x}",
+        pod.metadata.name.as_deref().unwrap_or("pod"),
+        rand::random::<u64>()
+    );
+    let object: k8s_openapi::api::events::v1::Event = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": namespace},
+        "eventTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+        "reportingController": crate::DEFAULT_SCHEDULER_NAME,
+        "reportingInstance": identity,
+        "action": event.action,
+        "reason": event.reason,
+        "type": "Normal",
+        "note": event.note,
+        "regarding": {
+            "apiVersion": "v1", "kind": "Pod", "namespace": namespace,
+            "name": pod.metadata.name, "uid": pod.metadata.uid,
+        },
+    }))
+    .map_err(kube::Error::SerdeError)?;
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client, &namespace);
+    api.create(&PostParams::default(), &object)
+        .await
+        .map(|_| ())
 }
 
 fn tokio_stream_of<T: Send + 'static>(

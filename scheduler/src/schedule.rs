@@ -104,6 +104,9 @@ pub fn filter_with_nominated(
     ctx: &Ctx,
     node: &Arc<NodeInfo>,
 ) -> Status {
+    if ctx.snapshot.nominated.is_empty() {
+        return profile.filter(state, ctx, node);
+    }
     let nominated: Vec<_> = ctx
         .snapshot
         .nominated

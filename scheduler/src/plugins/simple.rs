@@ -2,7 +2,6 @@
 //! TaintToleration, NodeAffinity, SchedulingGates, ImageLocality, and the markers
 //! PrioritySort (the queue's order) and DefaultBinder (binding through `pods/binding`).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, PreferredSchedulingTerm, Toleration};
@@ -277,43 +276,30 @@ pub struct ImageLocality;
 const IMAGE_MIN_THRESHOLD: i64 = 23 * 1024 * 1024;
 const IMAGE_MAX_CONTAINER_THRESHOLD: i64 = 1000 * 1024 * 1024;
 
-/// PreScore's count of how many nodes hold each of the pod's images.
+/// PreScore's view of the pod's images: the names a node may report each under, and how
+/// many nodes hold it.
 #[derive(Clone)]
-struct ImageSpread(BTreeMap<String, usize>, usize);
+struct ImageSpread {
+    images: Vec<(Vec<String>, usize)>,
+    total: usize,
+}
 
-/// An image reference as nodes report it (a bare name means `:latest`).
-fn normalized_image(image: &str) -> String {
+/// The names a node may list an image under (a bare name means `:latest`, Docker Hub's
+/// library images may appear with or without `docker.io/library/`).
+fn image_aliases(image: &str) -> Vec<String> {
     let last = image.rsplit('/').next().unwrap_or(image);
-    if image.contains('@') || last.contains(':') {
+    let tagged = if image.contains('@') || last.contains(':') {
         image.to_string()
     } else {
         format!("{image}:latest")
+    };
+    let mut aliases = vec![tagged.clone()];
+    match tagged.strip_prefix("docker.io/library/") {
+        Some(short) => aliases.push(short.to_string()),
+        None if !tagged.contains('/') => aliases.push(format!("docker.io/library/{tagged}")),
+        None => {}
     }
-}
-
-fn pod_images(pod: &PodInfo) -> Vec<String> {
-    spec(pod)
-        .map(|s| {
-            s.containers
-                .iter()
-                .chain(s.init_containers.iter().flatten())
-                .filter_map(|c| c.image.as_deref())
-                .map(normalized_image)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn has_image(node: &NodeInfo, image: &str) -> Option<i64> {
-    node.images
-        .get(image)
-        .or_else(|| {
-            image
-                .strip_prefix("docker.io/library/")
-                .and_then(|i| node.images.get(i))
-        })
-        .or_else(|| node.images.get(&format!("docker.io/library/{image}")))
-        .copied()
+    aliases
 }
 
 impl Plugin for ImageLocality {
@@ -324,34 +310,46 @@ impl Plugin for ImageLocality {
         &[Point::PreScore, Point::Score]
     }
     fn pre_score(&self, state: &mut CycleState, ctx: &Ctx, _: &[Arc<NodeInfo>]) -> Status {
-        let images = pod_images(ctx.pod);
-        if images.is_empty() {
+        let Some(spec) = spec(ctx.pod) else {
+            return Status::skip();
+        };
+        let images: Vec<(Vec<String>, usize)> = spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .filter_map(|c| c.image.as_deref())
+            .map(|image| {
+                let aliases = image_aliases(image);
+                let holders = aliases
+                    .iter()
+                    .filter_map(|a| ctx.snapshot.image_spread.get(a))
+                    .max()
+                    .copied()
+                    .unwrap_or(0);
+                (aliases, holders)
+            })
+            .collect();
+        if images.iter().all(|(_, holders)| *holders == 0) {
+            // No node has any of them: every node would score 0.
             return Status::skip();
         }
-        let mut spread = BTreeMap::new();
-        for image in images {
-            let holders = ctx
-                .snapshot
-                .nodes
-                .iter()
-                .filter(|n| has_image(n, &image).is_some())
-                .count();
-            spread.insert(image, holders);
-        }
-        state.write(self.name(), ImageSpread(spread, ctx.snapshot.nodes.len()));
+        let total = ctx.snapshot.nodes.len();
+        state.write(self.name(), ImageSpread { images, total });
         Status::success()
     }
     fn score(&self, state: &CycleState, _: &Ctx, node: &NodeInfo) -> i64 {
-        let Some(ImageSpread(spread, total)) = state.read::<ImageSpread>(self.name()) else {
+        let Some(spread) = state.read::<ImageSpread>(self.name()) else {
             return 0;
         };
         let sum: i64 = spread
+            .images
             .iter()
-            .filter_map(|(image, holders)| {
-                has_image(node, image).map(|size| size * *holders as i64 / (*total).max(1) as i64)
+            .filter_map(|(aliases, holders)| {
+                let size = aliases.iter().find_map(|a| node.images.get(a))?;
+                Some(size * *holders as i64 / spread.total.max(1) as i64)
             })
             .sum();
-        let max = IMAGE_MAX_CONTAINER_THRESHOLD * spread.len() as i64;
+        let max = IMAGE_MAX_CONTAINER_THRESHOLD * spread.images.len() as i64;
         let clamped = sum.clamp(IMAGE_MIN_THRESHOLD, max);
         MAX_NODE_SCORE * (clamped - IMAGE_MIN_THRESHOLD) / (max - IMAGE_MIN_THRESHOLD).max(1)
     }

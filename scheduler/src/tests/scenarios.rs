@@ -488,3 +488,23 @@ async fn a_failed_binding_frees_the_node_and_is_retried() {
     h.settle().await;
     assert_eq!(h.placements().get("p").map(String::as_str), Some("a"));
 }
+
+#[tokio::test]
+async fn nodes_holding_the_image_are_preferred() {
+    let mut h = Harness::new();
+    let mut with = node("with-image", "4", json!({}), json!([]));
+    with["status"]["images"] =
+        json!([{"names": ["docker.io/library/busybox:latest"], "sizeBytes": 500_000_000}]);
+    h.node(with);
+    h.node(node("without", "4", json!({}), json!([])));
+    for i in 0..3 {
+        h.pod(pod(&format!("p{i}"), "100m", json!({}), json!({})));
+    }
+    h.settle().await;
+    assert_eq!(
+        h.per_node().get("with-image"),
+        Some(&3),
+        "{:?}",
+        h.placements()
+    );
+}
