@@ -254,16 +254,21 @@ pub fn score(
         scorers.push(plugin.clone());
     }
     let state: &CycleState = state;
-    let raw: Vec<Vec<i64>> = feasible
+    let width = scorers.len();
+    // One flat row-major table (node × plugin): no allocation per node.
+    let raw: Vec<i64> = feasible
         .par_iter()
-        .map(|node| scorers.iter().map(|p| p.score(state, ctx, node)).collect())
+        .flat_map_iter(|node| scorers.iter().map(move |p| p.score(state, ctx, node)))
         .collect();
     let mut totals = vec![0i64; feasible.len()];
+    let mut column = vec![0i64; feasible.len()];
     for (i, plugin) in scorers.iter().enumerate() {
-        let mut column: Vec<i64> = raw.iter().map(|row| row[i]).collect();
+        for (slot, row) in column.iter_mut().zip(raw.chunks_exact(width.max(1))) {
+            *slot = row[i];
+        }
         plugin.normalize(state, ctx, feasible, &mut column);
         let weight = profile.weight(plugin.name());
-        for (total, value) in totals.iter_mut().zip(column) {
+        for (total, value) in totals.iter_mut().zip(&column) {
             *total += value * weight;
         }
     }

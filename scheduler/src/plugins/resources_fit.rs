@@ -187,23 +187,30 @@ impl Plugin for BalancedAllocation {
         Status::success()
     }
     fn score(&self, _: &CycleState, ctx: &Ctx, node: &NodeInfo) -> i64 {
-        let fractions: Vec<f64> = self
+        // Two passes over the resources (mean, then variance): no allocation per node.
+        let fraction = |name: &String| {
+            let capacity = node.allocatable.get(name);
+            (capacity > 0).then(|| {
+                let requested = node.requested.get(name) + ctx.pod.requests.get(name);
+                (requested as f64 / capacity as f64).min(1.0)
+            })
+        };
+        let (sum, count) = self
             .resources
             .iter()
-            .filter_map(|name| {
-                let capacity = node.allocatable.get(name);
-                (capacity > 0).then(|| {
-                    let requested = node.requested.get(name) + ctx.pod.requests.get(name);
-                    (requested as f64 / capacity as f64).min(1.0)
-                })
-            })
-            .collect();
-        if fractions.is_empty() {
+            .filter_map(fraction)
+            .fold((0.0, 0usize), |(s, n), f| (s + f, n + 1));
+        if count == 0 {
             return 0;
         }
-        let mean = fractions.iter().sum::<f64>() / fractions.len() as f64;
-        let variance =
-            fractions.iter().map(|f| (f - mean).powi(2)).sum::<f64>() / fractions.len() as f64;
+        let mean = sum / count as f64;
+        let variance = self
+            .resources
+            .iter()
+            .filter_map(fraction)
+            .map(|f| (f - mean).powi(2))
+            .sum::<f64>()
+            / count as f64;
         ((1.0 - variance.sqrt()) * MAX_NODE_SCORE as f64) as i64
     }
 }

@@ -154,20 +154,19 @@ impl Plugin for TaintToleration {
     }
     fn score(&self, _: &CycleState, ctx: &Ctx, node: &NodeInfo) -> i64 {
         // Only tolerations that can tolerate PreferNoSchedule count here.
-        let tolerations: Vec<&Toleration> = tolerations(ctx.pod)
-            .iter()
-            .filter(|t| {
-                t.effect
-                    .as_deref()
-                    .is_none_or(|e| e.is_empty() || e == "PreferNoSchedule")
-            })
-            .collect();
+        let tolerations = tolerations(ctx.pod);
+        let counts = |t: &&Toleration| {
+            t.effect
+                .as_deref()
+                .is_none_or(|e| e.is_empty() || e == "PreferNoSchedule")
+        };
         node.taints()
             .iter()
             .filter(|taint| taint.effect == "PreferNoSchedule")
             .filter(|taint| {
                 !tolerations
                     .iter()
+                    .filter(counts)
                     .any(|t| rudder_facts::nodes::tolerates(t, taint))
             })
             .count() as i64
