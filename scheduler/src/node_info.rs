@@ -249,6 +249,10 @@ pub struct NodeInfo {
     pub pods_with_required_anti_affinity: usize,
     /// Bumped by every change, so a snapshot can tell what to copy.
     pub generation: u64,
+    /// Copied from the Node, so the filters (run on thousands of nodes per pod) read this
+    /// struct only, not the Node object as well.
+    pub taints: Vec<k8s_openapi::api::core::v1::Taint>,
+    pub unschedulable: bool,
 }
 
 impl NodeInfo {
@@ -265,6 +269,8 @@ impl NodeInfo {
             pods_with_affinity: 0,
             pods_with_required_anti_affinity: 0,
             generation: 0,
+            taints: Vec::new(),
+            unschedulable: false,
             node: node.clone(),
         };
         info.set_node(node);
@@ -274,6 +280,9 @@ impl NodeInfo {
     /// Replaces the Node object (labels, allocatable, images), keeping the pods.
     pub fn set_node(&mut self, node: Arc<Node>) {
         self.labels = node.metadata.labels.clone().unwrap_or_default();
+        let spec = node.spec.as_ref();
+        self.taints = spec.and_then(|s| s.taints.clone()).unwrap_or_default();
+        self.unschedulable = spec.and_then(|s| s.unschedulable).unwrap_or(false);
         let status = node.status.as_ref();
         let list = status
             .and_then(|s| s.allocatable.as_ref().or(s.capacity.as_ref()))
@@ -333,19 +342,11 @@ impl NodeInfo {
 
     /// The node's taints.
     pub fn taints(&self) -> &[k8s_openapi::api::core::v1::Taint] {
-        self.node
-            .spec
-            .as_ref()
-            .and_then(|s| s.taints.as_deref())
-            .unwrap_or_default()
+        &self.taints
     }
 
     pub fn unschedulable(&self) -> bool {
-        self.node
-            .spec
-            .as_ref()
-            .and_then(|s| s.unschedulable)
-            .unwrap_or(false)
+        self.unschedulable
     }
 
     /// The pod UIDs here, for tests and checks.

@@ -200,6 +200,17 @@ impl Plugin for NodeAffinity {
         let Some(spec) = spec(ctx.pod) else {
             return Status::success();
         };
+        let required = spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.node_affinity.as_ref())
+            .is_some_and(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .is_some()
+            });
+        if spec.node_selector.is_none() && !required && self.added_required.is_empty() {
+            return Status::success();
+        }
         let added_ok = self.added_required.is_empty()
             || self
                 .added_required
