@@ -117,6 +117,12 @@ fn select_victims(
 ) -> Option<Candidate> {
     let mut info = NodeInfo::clone(node);
     let mut state = state.clone();
+    // Room already promised to other pods of at least this priority is not there to take.
+    let promised = ctx.snapshot.nominated.get(&node.name).into_iter().flatten();
+    for pod in promised.filter(|p| p.uid != ctx.pod.uid && p.priority >= ctx.pod.priority) {
+        info.add_pod(pod.clone());
+        profile.add_pod(&mut state, ctx, pod, &info);
+    }
     let mut lower: Vec<Arc<PodInfo>> = node
         .pods
         .iter()

@@ -508,3 +508,40 @@ async fn nodes_holding_the_image_are_preferred() {
         h.placements()
     );
 }
+
+#[tokio::test]
+async fn two_preemptors_are_not_promised_the_same_room() {
+    let mut h = Harness::new();
+    h.node(node("a", "2", json!({}), json!([])));
+    h.node(node("b", "2", json!({}), json!([])));
+    for (name, on) in [
+        ("low-a1", "a"),
+        ("low-a2", "a"),
+        ("low-b1", "b"),
+        ("low-b2", "b"),
+    ] {
+        h.pod(pod(
+            name,
+            "1",
+            json!({}),
+            json!({"priority": 0, "nodeName": on}),
+        ));
+    }
+    h.settle().await;
+    // The harness confirms evictions at once, so hold the victims: schedule one cycle each.
+    h.pod(pod("urgent-1", "2", json!({}), json!({"priority": 1000})));
+    h.pod(pod("urgent-2", "2", json!({}), json!({"priority": 1000})));
+    h.settle().await;
+    let placed = h.placements();
+    assert_eq!(
+        h.evicted().len(),
+        4,
+        "each needs a whole node: {:?}",
+        h.evicted()
+    );
+    assert_ne!(placed.get("urgent-1"), placed.get("urgent-2"), "{placed:?}");
+    assert!(
+        placed.contains_key("urgent-1") && placed.contains_key("urgent-2"),
+        "{placed:?}"
+    );
+}
