@@ -229,7 +229,13 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
     let mut controllers = None;
     if let Some(selection) = selection {
         match controller_manager(&running, selection, args.terminated_pod_gc_threshold).await {
-            Ok(manager) => controllers = Some(tokio::spawn(manager.run(shutdown.child_token()))),
+            Ok(manager) => {
+                let metrics = manager.metrics();
+                running
+                    .metrics
+                    .register_more(|registry| metrics.register(registry));
+                controllers = Some(tokio::spawn(manager.run(shutdown.child_token())));
+            }
             Err(error) => {
                 shutdown.cancel();
                 let _ = running.wait().await;
@@ -242,7 +248,13 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
     if let Some(configuration) = scheduler_configuration {
         // As `system:kube-scheduler`, with leader election so one of several servers schedules.
         match crate::scheduler::runner(&running.scheduler_kubeconfig, configuration, true).await {
-            Ok(runner) => scheduler = Some(tokio::spawn(runner.run(shutdown.child_token()))),
+            Ok(runner) => {
+                let metrics = runner.metrics();
+                running
+                    .metrics
+                    .register_more(|registry| metrics.register(registry));
+                scheduler = Some(tokio::spawn(runner.run(shutdown.child_token())));
+            }
             Err(error) => {
                 shutdown.cancel();
                 let _ = running.wait().await;

@@ -146,6 +146,8 @@ pub struct Running {
     /// scheduler it runs or one elsewhere.
     pub scheduler_kubeconfig: PathBuf,
     pub pki: Pki,
+    /// What `/metrics` serves; in-process components add their own metrics to it.
+    pub metrics: Arc<Metrics>,
     /// This server's own token: a child of the caller's, so [`Running::stop`] stops this
     /// server alone.
     shutdown: CancellationToken,
@@ -427,7 +429,7 @@ pub async fn start(
         authorizer,
         SocketAddr::new(advertise, addr.port()).to_string(),
         &limits,
-        metrics,
+        metrics.clone(),
         service_accounts,
     )
     .with_auditor(auditor);
@@ -460,6 +462,7 @@ pub async fn start(
         controller_manager_kubeconfig,
         scheduler_kubeconfig,
         pki,
+        metrics,
         shutdown,
         serving,
         tasks,

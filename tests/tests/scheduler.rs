@@ -404,6 +404,18 @@ spec:
         r#"[{"op":"remove","path":"/spec/schedulingGates"}]"#,
     ]);
     wait_bound(&pods, &["gated"]).await;
+
+    // The in-process scheduler's and controllers' metrics are on the apiserver's /metrics.
+    let metrics = kubectl.ok(&["get", "--raw", "/metrics"]);
+    for name in [
+        "scheduler_schedule_attempts_total{result=\"scheduled\",profile=\"default-scheduler\"}",
+        "scheduler_pending_pods{queue=\"unschedulable\"}",
+        "scheduler_pod_scheduling_sli_duration_seconds_bucket",
+        "scheduler_preemption_victims_count",
+        "workqueue_adds_total{name=\"replicaset\"}",
+    ] {
+        assert!(metrics.contains(name), "{name} missing from /metrics");
+    }
     kubelet.abort();
 }
 

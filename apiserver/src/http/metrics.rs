@@ -92,6 +92,12 @@ impl Metrics {
         }
     }
 
+    /// Adds metrics of an in-process component (the scheduler's, say) to what `/metrics`
+    /// serves.
+    pub fn register_more(&self, register: impl FnOnce(&mut Registry)) {
+        register(&mut self.registry.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+
     /// Records one finished request.
     pub fn observe(&self, labels: &RequestLabels, code: u16, elapsed: Duration) {
         let dry_run = if labels.dry_run { "All" } else { "" }.to_string();
