@@ -17,7 +17,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
-use rudder_storage::testing;
 use rudder_tests::RudderServer;
 
 const KUBECTL: &str = "1.33";
@@ -77,22 +76,6 @@ fn kubectl_ok(server: &RudderServer, args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-/// Waits until `check` holds, failing with `what` after 60 s.
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 /// Pods of the Deployment `web` (by its selector), as `(total, ready)` not being deleted.
 fn web_pods(pods: &[Pod]) -> (usize, usize) {
     let web: Vec<&Pod> = pods
@@ -143,7 +126,7 @@ async fn deployments_roll_out_scale_undo_and_clean_up(storage: String) {
     let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), "default");
 
     // The aggregated roles hold what they aggregate (clusterrole-aggregation).
-    eventually("view holds its rules", || async {
+    rudder_tests::eventually("view holds its rules", Duration::from_secs(60), || async {
         let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(client.clone());
         roles.get("view").await.unwrap().rules.is_some_and(|rules| {
             rules.iter().any(|rule| {
@@ -159,11 +142,13 @@ async fn deployments_roll_out_scale_undo_and_clean_up(storage: String) {
     kubectl_ok(&server, &["create", "namespace", "team"]);
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "team");
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "team");
-    eventually("the default ServiceAccount", || async {
-        accounts.get_opt("default").await.unwrap().is_some()
-    })
+    rudder_tests::eventually(
+        "the default ServiceAccount",
+        Duration::from_secs(60),
+        || async { accounts.get_opt("default").await.unwrap().is_some() },
+    )
     .await;
-    eventually("kube-root-ca.crt", || async {
+    rudder_tests::eventually("kube-root-ca.crt", Duration::from_secs(60), || async {
         maps.get_opt("kube-root-ca.crt")
             .await
             .unwrap()
@@ -242,9 +227,13 @@ async fn deployments_roll_out_scale_undo_and_clean_up(storage: String) {
     );
 
     // What the controller recorded (events.k8s.io) shows in `kubectl describe` (core Events).
-    eventually("describe shows the deployment's events", || async {
-        kubectl_ok(&server, &["describe", "deployment", "web"]).contains("ScalingReplicaSet")
-    })
+    rudder_tests::eventually(
+        "describe shows the deployment's events",
+        Duration::from_secs(60),
+        || async {
+            kubectl_ok(&server, &["describe", "deployment", "web"]).contains("ScalingReplicaSet")
+        },
+    )
     .await;
 
     // Undo returns to the first template, as revision 3.
@@ -286,7 +275,7 @@ async fn deployments_roll_out_scale_undo_and_clean_up(storage: String) {
 
     // Scaling converges both ways.
     kubectl_ok(&server, &["scale", "deployment/web", "--replicas=0"]);
-    eventually("no pods", || async {
+    rudder_tests::eventually("no pods", Duration::from_secs(60), || async {
         web_pods(&pods.list(&ListParams::default()).await.unwrap().items).0 == 0
     })
     .await;
@@ -302,14 +291,18 @@ async fn deployments_roll_out_scale_undo_and_clean_up(storage: String) {
 
     // Deleting the Deployment deletes its ReplicaSets and pods; with --cascade=orphan they stay.
     kubectl_ok(&server, &["delete", "deployment", "web"]);
-    eventually("the ReplicaSets and pods to go", || async {
-        sets.list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty()
-            && web_pods(&pods.list(&ListParams::default()).await.unwrap().items).0 == 0
-    })
+    rudder_tests::eventually(
+        "the ReplicaSets and pods to go",
+        Duration::from_secs(60),
+        || async {
+            sets.list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+                && web_pods(&pods.list(&ListParams::default()).await.unwrap().items).0 == 0
+        },
+    )
     .await;
     kubectl_ok(
         &server,
@@ -329,10 +322,14 @@ async fn deployments_roll_out_scale_undo_and_clean_up(storage: String) {
         &server,
         &["delete", "deployment", "kept", "--cascade=orphan"],
     );
-    eventually("an orphaned ReplicaSet", || async {
-        let items = sets.list(&ListParams::default()).await.unwrap().items;
-        items.len() == 1 && items[0].owner_references().is_empty()
-    })
+    rudder_tests::eventually(
+        "an orphaned ReplicaSet",
+        Duration::from_secs(60),
+        || async {
+            let items = sets.list(&ListParams::default()).await.unwrap().items;
+            items.len() == 1 && items[0].owner_references().is_empty()
+        },
+    )
     .await;
     assert_eq!(
         pods.list(&ListParams::default().labels("app=kept"))
@@ -357,7 +354,7 @@ async fn deployments_roll_out_scale_undo_and_clean_up(storage: String) {
         ],
     );
     let team_pods: Api<Pod> = Api::namespaced(client.clone(), "team");
-    eventually("a pod in team", || async {
+    rudder_tests::eventually("a pod in team", Duration::from_secs(60), || async {
         !team_pods
             .list(&ListParams::default())
             .await
@@ -372,22 +369,7 @@ async fn deployments_roll_out_scale_undo_and_clean_up(storage: String) {
     kubelet.abort();
 }
 
-macro_rules! on_every_driver {
-    ($($name:ident => $driver:ident),+ $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                let Some(harness) = testing::$driver().await else {
-                    return;
-                };
-                deployments_roll_out_scale_undo_and_clean_up(harness.url()).await;
-                harness.cleanup().await;
-            }
-        )+
-    };
-}
-
-on_every_driver!(
+rudder_tests::on_every_driver!(deployments_roll_out_scale_undo_and_clean_up;
     controllers_on_sqlite => sqlite,
     controllers_on_postgres => postgres,
     controllers_on_etcd => etcd,
@@ -441,18 +423,22 @@ async fn terminated_pods_beyond_the_threshold_are_collected() {
         .await
         .unwrap();
     }
-    eventually("the two oldest terminated pods are collected", || async {
-        let mut names: Vec<String> = pods
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter_map(|pod| pod.metadata.name)
-            .collect();
-        names.sort();
-        names == ["done-3", "running"]
-    })
+    rudder_tests::eventually(
+        "the two oldest terminated pods are collected",
+        Duration::from_secs(60),
+        || async {
+            let mut names: Vec<String> = pods
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter_map(|pod| pod.metadata.name)
+                .collect();
+            names.sort();
+            names == ["done-3", "running"]
+        },
+    )
     .await;
 }
 
@@ -488,17 +474,21 @@ async fn token_secrets_are_filled_and_go_with_their_account() {
         )
         .await
         .unwrap();
-    eventually("the token Secret is filled", || async {
-        let data = secrets
-            .get("robot-token")
-            .await
-            .unwrap()
-            .data
-            .unwrap_or_default();
-        ["token", "ca.crt", "namespace"]
-            .iter()
-            .all(|key| data.contains_key(*key))
-    })
+    rudder_tests::eventually(
+        "the token Secret is filled",
+        Duration::from_secs(60),
+        || async {
+            let data = secrets
+                .get("robot-token")
+                .await
+                .unwrap()
+                .data
+                .unwrap_or_default();
+            ["token", "ca.crt", "namespace"]
+                .iter()
+                .all(|key| data.contains_key(*key))
+        },
+    )
     .await;
     let data = secrets.get("robot-token").await.unwrap().data.unwrap();
     let token = String::from_utf8(data["token"].0.clone()).unwrap();
@@ -523,9 +513,11 @@ async fn token_secrets_are_filled_and_go_with_their_account() {
         Some("system:serviceaccount:default:robot")
     );
     accounts.delete("robot", &Default::default()).await.unwrap();
-    eventually("the token Secret goes with its account", || async {
-        secrets.get_opt("robot-token").await.unwrap().is_none()
-    })
+    rudder_tests::eventually(
+        "the token Secret goes with its account",
+        Duration::from_secs(60),
+        || async { secrets.get_opt("robot-token").await.unwrap().is_none() },
+    )
     .await;
     assert_ne!(review(token).await.authenticated, Some(true));
 }
@@ -576,19 +568,23 @@ async fn disruption_budgets_count_healthy_pods() {
     let budgets: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
         Api::namespaced(client.clone(), "default");
     for (name, desired, allowed) in [("web-min", 2, 1), ("web-max", 1, 2)] {
-        eventually(&format!("{name}'s status"), || async {
-            budgets
-                .get(name)
-                .await
-                .unwrap()
-                .status
-                .is_some_and(|status| {
-                    status.expected_pods == 3
-                        && status.current_healthy == 3
-                        && status.desired_healthy == desired
-                        && status.disruptions_allowed == allowed
-                })
-        })
+        rudder_tests::eventually(
+            &format!("{name}'s status"),
+            Duration::from_secs(60),
+            || async {
+                budgets
+                    .get(name)
+                    .await
+                    .unwrap()
+                    .status
+                    .is_some_and(|status| {
+                        status.expected_pods == 3
+                            && status.current_healthy == 3
+                            && status.desired_healthy == desired
+                            && status.disruptions_allowed == allowed
+                    })
+            },
+        )
         .await;
     }
     let table = kubectl_ok(&server, &["get", "pdb", "web-min"]);

@@ -15,7 +15,6 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
-use rudder_storage::testing;
 use rudder_tests::{Kubectl, RudderServer};
 
 const PROFILES: &str = r#"
@@ -46,22 +45,6 @@ fn finish_terminating_pods(client: Client) -> tokio::task::JoinHandle<()> {
             }
         }
     })
-}
-
-/// Waits until `check` holds, failing with `what` after 60 s.
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 fn node(name: &str, zone: &str, cpu: &str, extra_labels: &str, taints: &str) -> String {
@@ -111,12 +94,16 @@ async fn unschedulable_message(pods: &Api<Pod>, name: &str) -> Option<String> {
 }
 
 async fn wait_bound(pods: &Api<Pod>, names: &[&str]) -> BTreeMap<String, String> {
-    eventually(&format!("{names:?} bound"), || async {
-        let placed = placements(pods).await;
-        names
-            .iter()
-            .all(|n| placed.get(*n).is_some_and(|node| !node.is_empty()))
-    })
+    rudder_tests::eventually(
+        &format!("{names:?} bound"),
+        Duration::from_secs(60),
+        || async {
+            let placed = placements(pods).await;
+            names
+                .iter()
+                .all(|n| placed.get(*n).is_some_and(|node| !node.is_empty()))
+        },
+    )
     .await;
     placements(pods).await
 }
@@ -175,7 +162,7 @@ spec:
         "{placed:?}"
     );
     assert_eq!(placed["on-ssd"], "node-a");
-    eventually("too-big's message", || async {
+    rudder_tests::eventually("too-big's message", Duration::from_secs(60), || async {
         unschedulable_message(&pods, "too-big").await.as_deref()
             == Some("0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod.")
     })
@@ -183,7 +170,7 @@ spec:
     let describe = kubectl.ok_ns(&["describe", "pod", "too-big"]);
     assert!(describe.contains("FailedScheduling"), "{describe}");
     let events: Api<Event> = Api::namespaced(client.clone(), "placement");
-    eventually("a Scheduled event", || async {
+    rudder_tests::eventually("a Scheduled event", Duration::from_secs(60), || async {
         events
             .list(&ListParams::default())
             .await
@@ -224,7 +211,7 @@ spec:
       containers: [{name: c, image: busybox, resources: {requests: {cpu: 100m}}}]
 "#;
     kubectl.ok_ns(&["apply", "-f", &kubectl.file("spread.yaml", spread)]);
-    eventually("6 spread pods bound", || async {
+    rudder_tests::eventually("6 spread pods bound", Duration::from_secs(60), || async {
         let placed = placements(&pods).await;
         placed.len() == 6 && placed.values().all(|n| !n.is_empty())
     })
@@ -239,7 +226,7 @@ spec:
         "{per_node:?}"
     );
     kubectl.ok_ns(&["delete", "deployment", "spread"]);
-    eventually("spread pods gone", || async {
+    rudder_tests::eventually("spread pods gone", Duration::from_secs(60), || async {
         placements(&pods).await.is_empty()
     })
     .await;
@@ -262,7 +249,7 @@ spec:
       containers: [{name: c, image: busybox, resources: {requests: {cpu: 100m}}}]
 "#;
     kubectl.ok_ns(&["apply", "-f", &kubectl.file("apart.yaml", apart)]);
-    eventually("3 apart pods bound, 1 pending with the message", || async {
+    rudder_tests::eventually("3 apart pods bound, 1 pending with the message", Duration::from_secs(60), || async {
         let placed = placements(&pods).await;
         let bound: Vec<&String> = placed.values().filter(|n| !n.is_empty()).collect();
         let Some(pending) = placed.iter().find(|(_, n)| n.is_empty()).map(|(p, _)| p.clone()) else {
@@ -277,7 +264,7 @@ spec:
     })
     .await;
     kubectl.ok_ns(&["delete", "deployment", "apart"]);
-    eventually("apart pods gone", || async {
+    rudder_tests::eventually("apart pods gone", Duration::from_secs(60), || async {
         placements(&pods).await.is_empty()
     })
     .await;
@@ -302,7 +289,7 @@ spec:
 "#;
     kubectl.ok_ns(&["apply", "-f", &kubectl.file("tainted.yaml", tainted)]);
     assert_eq!(wait_bound(&pods, &["tolerant"]).await["tolerant"], "node-c");
-    eventually("intolerant's message", || async {
+    rudder_tests::eventually("intolerant's message", Duration::from_secs(60), || async {
         unschedulable_message(&pods, "intolerant").await.as_deref()
             == Some("0/3 nodes are available: 1 node(s) had untolerated taint {dedicated: infra}, 2 node(s) didn't match Pod's node affinity/selector. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.")
     })
@@ -353,10 +340,14 @@ spec:
 "#;
     kubectl.ok_ns(&["apply", "-f", &kubectl.file("urgent.yaml", urgent)]);
     assert_eq!(wait_bound(&pods, &["urgent"]).await["urgent"], "node-b");
-    eventually("both low pods preempted", || async {
-        let placed = placements(&pods).await;
-        !placed.contains_key("low-1") && !placed.contains_key("low-2")
-    })
+    rudder_tests::eventually(
+        "both low pods preempted",
+        Duration::from_secs(60),
+        || async {
+            let placed = placements(&pods).await;
+            !placed.contains_key("low-1") && !placed.contains_key("low-2")
+        },
+    )
     .await;
     kubectl.ok_ns(&["delete", "pod", "urgent", "--grace-period=0", "--force"]);
 
@@ -419,22 +410,7 @@ spec:
     kubelet.abort();
 }
 
-macro_rules! on_every_driver {
-    ($($name:ident => $driver:ident),+ $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                let Some(harness) = testing::$driver().await else {
-                    return;
-                };
-                pods_are_placed_as_upstream_would(harness.url()).await;
-                harness.cleanup().await;
-            }
-        )+
-    };
-}
-
-on_every_driver!(
+rudder_tests::on_every_driver!(pods_are_placed_as_upstream_would;
     scheduling_on_sqlite => sqlite,
     scheduling_on_postgres => postgres,
     scheduling_on_etcd => etcd,

@@ -17,21 +17,6 @@ use kube::Client;
 use rudder_tests::RudderServer;
 use serde_json::json;
 
-async fn eventually<F, Fut>(what: &str, limit: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + limit;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
 async fn create_pods(client: &Client, from: usize, to: usize) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     for i in from..to {
@@ -79,7 +64,7 @@ async fn the_scheduler_fails_over(storage: String) {
     let first = RudderServer::start_with_args(binary, &storage, &args);
     let admin = rudder_tests::admin_client(first.kubeconfig()).await;
     let leases: Api<Lease> = Api::namespaced(admin.clone(), "kube-system");
-    eventually(
+    rudder_tests::eventually(
         "the first server to lead",
         Duration::from_secs(30),
         || async { leases.get_opt("kube-scheduler").await.unwrap().is_some() },
@@ -102,7 +87,7 @@ async fn the_scheduler_fails_over(storage: String) {
         nodes.create(&PostParams::default(), &node).await.unwrap();
     }
     create_pods(&admin, 0, 20).await;
-    eventually(
+    rudder_tests::eventually(
         "the first 20 pods bound",
         Duration::from_secs(30),
         || async { bound(&admin).await == 20 && scheduled_events(&admin).await.0.len() == 20 },
@@ -116,13 +101,13 @@ async fn the_scheduler_fails_over(storage: String) {
         .unwrap();
     assert!(killed.success());
     create_pods(&via_second, 20, 40).await;
-    eventually(
+    rudder_tests::eventually(
         "all 40 pods bound after the failover",
         Duration::from_secs(45),
         || async { bound(&via_second).await == 40 },
     )
     .await;
-    eventually("40 Scheduled events", Duration::from_secs(15), || async {
+    rudder_tests::eventually("40 Scheduled events", Duration::from_secs(15), || async {
         scheduled_events(&via_second).await.0.len() == 40
     })
     .await;
