@@ -37,15 +37,7 @@ pub async fn runner(
     configuration: SchedulerConfiguration,
     leader_election: bool,
 ) -> Result<Runner> {
-    let kubeconfig_text = kube::config::Kubeconfig::read_from(kubeconfig)
-        .with_context(|| format!("reading {}", kubeconfig.display()))?;
-    let config = kube::Config::from_custom_kubeconfig(
-        kubeconfig_text,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .context("building a client from the kubeconfig")?;
-    let client = kube::Client::try_from(config).context("creating the API client")?;
+    let client = crate::serve::client_for(kubeconfig).await?;
     Runner::new(Config {
         client,
         identity: crate::controller_manager::identity(),

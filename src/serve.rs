@@ -304,15 +304,9 @@ async fn controller_manager(
     controllers: rudder_controllers::Selection,
     terminated_pod_gc_threshold: usize,
 ) -> Result<rudder_controllers::Manager> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(&running.controller_manager_kubeconfig)
-        .context("reading the controller-manager's kubeconfig")?;
-    let config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .context("a client for the controllers")?;
-    let client = kube::Client::try_from(config).context("a client for the controllers")?;
+    let client = client_for(&running.controller_manager_kubeconfig)
+        .await
+        .context("a client for the controllers")?;
     Ok(rudder_controllers::Manager::new(
         rudder_controllers::Config {
             client,
@@ -330,6 +324,17 @@ async fn controller_manager(
             )?),
         },
     ))
+}
+
+/// A client of the cluster (and as the user) a kubeconfig file names.
+pub(crate) async fn client_for(kubeconfig: &Path) -> Result<kube::Client> {
+    let file = kube::config::Kubeconfig::read_from(kubeconfig)
+        .with_context(|| format!("reading {}", kubeconfig.display()))?;
+    let config =
+        kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+            .await
+            .with_context(|| format!("building a client from {}", kubeconfig.display()))?;
+    kube::Client::try_from(config).context("creating the API client")
 }
 
 /// `rudder kubeconfig`: prints the admin kubeconfig a server wrote.

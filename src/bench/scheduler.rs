@@ -150,12 +150,6 @@ struct Cluster {
     stop: CancellationToken,
 }
 
-async fn client_from(kubeconfig: &std::path::Path) -> Result<Client> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig)?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
-    Ok(Client::try_from(config)?)
-}
-
 async fn start(subject: &str, args: &SchedulerBenchArgs, tag: &str) -> Result<Cluster> {
     let dir = std::env::temp_dir().join(format!("rudder-bench-scheduler-{tag}"));
     let backends = Backends {
@@ -197,7 +191,7 @@ impl Cluster {
     /// Starts a scheduler (as `system:kube-scheduler`, no leader election); its metrics.
     async fn start_scheduler(&mut self) -> Result<Arc<Metrics>> {
         let runner = Runner::new(rudder_scheduler::Config {
-            client: client_from(&self.scheduler_kubeconfig).await?,
+            client: crate::serve::client_for(&self.scheduler_kubeconfig).await?,
             identity: "bench".into(),
             configuration: SchedulerConfiguration::default(),
             leader_election: false,

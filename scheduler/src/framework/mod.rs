@@ -114,6 +114,16 @@ impl<T: Any + Clone + Send + Sync> StateData for T {
     }
 }
 
+/// The events that matter to plugins counting pods in topology domains (affinity, spreading):
+/// any change of an assigned pod, and nodes added or relabelled.
+pub const POD_AND_NODE_EVENTS: &[ClusterEvent] = &[
+    ClusterEvent::AssignedPodAdded,
+    ClusterEvent::AssignedPodChanged,
+    ClusterEvent::AssignedPodDeleted,
+    ClusterEvent::NodeAdded,
+    ClusterEvent::NodeChanged,
+];
+
 /// What one cycle's plugins compute and read back, by plugin name.
 #[derive(Default)]
 pub struct CycleState {

@@ -10,7 +10,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::framework::{ClusterEvent, Ctx, CycleState, Plugin, Point, Status, MAX_NODE_SCORE};
+use crate::framework::{
+    ClusterEvent, Ctx, CycleState, Plugin, Point, Status, MAX_NODE_SCORE, POD_AND_NODE_EVENTS,
+};
 use crate::node_info::{AffinityTerm, NodeInfo, PodInfo};
 
 type Pair = (String, String);
@@ -106,13 +108,7 @@ impl Plugin for InterPodAffinity {
         ]
     }
     fn events(&self) -> &'static [ClusterEvent] {
-        &[
-            ClusterEvent::AssignedPodAdded,
-            ClusterEvent::AssignedPodChanged,
-            ClusterEvent::AssignedPodDeleted,
-            ClusterEvent::NodeAdded,
-            ClusterEvent::NodeChanged,
-        ]
+        POD_AND_NODE_EVENTS
     }
 
     fn pre_filter(&self, state: &mut CycleState, ctx: &Ctx) -> Status {

@@ -15,7 +15,9 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 use kube::core::{Selector, SelectorExt};
 
-use crate::framework::{ClusterEvent, Ctx, CycleState, Plugin, Point, Status, MAX_NODE_SCORE};
+use crate::framework::{
+    ClusterEvent, Ctx, CycleState, Plugin, Point, Status, MAX_NODE_SCORE, POD_AND_NODE_EVENTS,
+};
 use crate::node_info::{NodeInfo, PodInfo};
 
 /// One constraint, compiled.
@@ -146,13 +148,7 @@ impl Plugin for PodTopologySpread {
         ]
     }
     fn events(&self) -> &'static [ClusterEvent] {
-        &[
-            ClusterEvent::AssignedPodAdded,
-            ClusterEvent::AssignedPodChanged,
-            ClusterEvent::AssignedPodDeleted,
-            ClusterEvent::NodeAdded,
-            ClusterEvent::NodeChanged,
-        ]
+        POD_AND_NODE_EVENTS
     }
 
     fn pre_filter(&self, state: &mut CycleState, ctx: &Ctx) -> Status {
