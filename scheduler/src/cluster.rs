@@ -57,7 +57,7 @@ pub trait Cluster: Send + Sync {
         nominated: Option<&str>,
     ) -> BoxFuture<'static, Result<(), WriteError>>;
     /// Evicts a preemption victim: the `DisruptionTarget` condition, then a delete.
-    fn evict(&self, victim: &Pod, preemptor: &Pod) -> BoxFuture<'static, Result<(), WriteError>>;
+    fn evict(&self, victim: &Pod) -> BoxFuture<'static, Result<(), WriteError>>;
     /// Records an event (fire and forget).
     fn record(&self, pod: &Pod, event: PodEvent);
 }
@@ -241,7 +241,7 @@ impl Cluster for KubeCluster {
         .boxed()
     }
 
-    fn evict(&self, victim: &Pod, preemptor: &Pod) -> BoxFuture<'static, Result<(), WriteError>> {
+    fn evict(&self, victim: &Pod) -> BoxFuture<'static, Result<(), WriteError>> {
         let api = self.pods(victim);
         let name = name(victim);
         let uid = victim.metadata.uid.clone();
@@ -249,7 +249,6 @@ impl Cluster for KubeCluster {
             "{}: preempting to accommodate a higher priority pod",
             crate::DEFAULT_SCHEDULER_NAME
         );
-        let _ = preemptor;
         let condition = json!({"status": {"conditions": [{
             "type": "DisruptionTarget",
             "status": "True",
@@ -375,7 +374,7 @@ impl Cluster for FakeCluster {
         async { Ok(()) }.boxed()
     }
 
-    fn evict(&self, victim: &Pod, _: &Pod) -> BoxFuture<'static, Result<(), WriteError>> {
+    fn evict(&self, victim: &Pod) -> BoxFuture<'static, Result<(), WriteError>> {
         self.push(Write::Evict { pod: name(victim) });
         async { Ok(()) }.boxed()
     }

@@ -5,7 +5,7 @@
 //! terms with their label selectors compiled — so that a filter over 5,000 nodes reads
 //! numbers and compiled selectors, never raw JSON-shaped specs.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod, PodAffinityTerm};
@@ -347,10 +347,5 @@ impl NodeInfo {
 
     pub fn unschedulable(&self) -> bool {
         self.unschedulable
-    }
-
-    /// The pod UIDs here, for tests and checks.
-    pub fn pod_uids(&self) -> HashSet<&str> {
-        self.pods.iter().map(|p| p.uid.as_str()).collect()
     }
 }

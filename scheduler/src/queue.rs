@@ -246,10 +246,6 @@ impl SchedulingQueue {
         self.lock().pods.remove(uid);
     }
 
-    pub fn contains(&self, uid: &str) -> bool {
-        self.lock().pods.contains_key(uid)
-    }
-
     /// A cluster event: unschedulable pods that one of `plugins` rejected move on (to
     /// backoffQ while still backing off, else activeQ).
     pub fn on_event(&self, plugins: &HashSet<&'static str>) {

@@ -304,7 +304,7 @@ impl Scheduler {
                 note: format!("Preempted by pod {} on node {node}", preemptor.uid),
             },
         );
-        let eviction = self.cluster.evict(&victim.pod, &preemptor.pod);
+        let eviction = self.cluster.evict(&victim.pod);
         let key = victim.key.clone();
         self.spawn_write(async move {
             if let Err(error) = eviction.await {

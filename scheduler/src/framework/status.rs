@@ -14,8 +14,6 @@ pub enum Code {
     Error,
     /// The plugin has nothing to do for this pod.
     Skip,
-    /// Permit: hold the pod.
-    Wait,
 }
 
 /// A plugin's answer with its reasons and the plugin that gave it.
@@ -66,13 +64,5 @@ impl Status {
 
     pub fn is_skip(&self) -> bool {
         self.code == Code::Skip
-    }
-
-    /// A rejection (of either kind).
-    pub fn is_rejection(&self) -> bool {
-        matches!(
-            self.code,
-            Code::Unschedulable | Code::UnschedulableAndUnresolvable
-        )
     }
 }
