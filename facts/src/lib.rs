@@ -1,6 +1,6 @@
 //! rudder-facts: small, typed facts about Kubernetes objects that the controllers, the
 //! scheduler and the kubelet all need, so each is written once: the system namespaces, a pod's
-//! QoS class, whether a pod is ready or still active, which object controls another, and
+//! QoS class, resource quantities as numbers, whether a pod is ready or still active, which object controls another, and
 //! whether a pod may go to a node (selectors, required affinity, taints).
 //!
 //! It works on k8s-openapi types only and depends on nothing else of Rudder's; label selectors
@@ -10,3 +10,4 @@ pub mod namespaces;
 pub mod nodes;
 pub mod owners;
 pub mod pods;
+pub mod quantity;
