@@ -29,6 +29,7 @@ SERVED = [
     ("scheduling.k8s.io", "v1"),
     ("authorization.k8s.io", "v1"),
     ("authentication.k8s.io", "v1"),
+    ("certificates.k8s.io", "v1"),
 ]
 
 META = "io.k8s.apimachinery.pkg.apis.meta.v1."

@@ -18,7 +18,7 @@ import sys
 API_GROUPS = [
     "core/v1", "apps/v1", "batch/v1", "coordination/v1", "discovery/v1", "events/v1",
     "rbac/v1", "networking/v1", "policy/v1", "storage/v1", "scheduling/v1",
-    "authorization/v1", "authentication/v1", "autoscaling/v1",
+    "authorization/v1", "authentication/v1", "autoscaling/v1", "certificates/v1",
 ]
 MACHINERY = ["pkg/apis/meta/v1", "pkg/runtime", "pkg/util/intstr", "pkg/api/resource"]
 

@@ -7,8 +7,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::kinds::{
-    apps, authorization, batch, config, coordination, discovery, events, namespace, networking,
-    node, pod, policy, quota, rbac, replication_controller, scheduling, service, volumes, Strategy,
+    apps, authorization, batch, certificates, config, coordination, discovery, events, namespace,
+    networking, node, pod, policy, quota, rbac, replication_controller, scheduling, service,
+    volumes, Strategy,
 };
 use crate::tables::Printer;
 
@@ -30,6 +31,15 @@ pub enum Subresource {
     Binding,
     Finalize,
     Token,
+    /// A CertificateSigningRequest's Approved/Denied conditions.
+    Approval,
+    /// The subresources served by proxying to the pod's (or node's) kubelet:
+    /// `pods/log`, `pods/exec`, `pods/attach`, `pods/portforward` and `nodes/proxy`.
+    Log,
+    Exec,
+    Attach,
+    PortForward,
+    Proxy,
 }
 
 impl Subresource {
@@ -40,7 +50,22 @@ impl Subresource {
             Self::Binding => "binding",
             Self::Finalize => "finalize",
             Self::Token => "token",
+            Self::Approval => "approval",
+            Self::Log => "log",
+            Self::Exec => "exec",
+            Self::Attach => "attach",
+            Self::PortForward => "portforward",
+            Self::Proxy => "proxy",
         }
+    }
+
+    /// Whether the subresource is served by the kubelet, through the apiserver's proxy
+    /// (`http::kubelet_proxy`), rather than by the registry.
+    pub fn proxies_to_kubelet(self) -> bool {
+        matches!(
+            self,
+            Self::Log | Self::Exec | Self::Attach | Self::PortForward | Self::Proxy
+        )
     }
 
     /// The subresource a path segment names, if Rudder serves one by that name.
@@ -51,6 +76,12 @@ impl Subresource {
             Self::Binding,
             Self::Finalize,
             Self::Token,
+            Self::Approval,
+            Self::Log,
+            Self::Exec,
+            Self::Attach,
+            Self::PortForward,
+            Self::Proxy,
         ]
         .into_iter()
         .find(|sub| sub.as_str() == segment)
@@ -155,6 +186,11 @@ pub(crate) const NAMESPACE_VERBS: &[&str] = &[
     "create", "delete", "get", "list", "patch", "update", "watch",
 ];
 pub(crate) const CREATE_ONLY: &[&str] = &["create"];
+/// A connect subresource's verbs (`pods/exec`, `pods/attach`, `pods/portforward`): POST is
+/// `create`, GET (a WebSocket upgrade) `get`.
+pub(crate) const CONNECT_VERBS: &[&str] = &["create", "get"];
+/// A proxy subresource's verbs (`nodes/proxy`): one per proxied method.
+pub(crate) const PROXY_VERBS: &[&str] = &["create", "delete", "get", "patch", "update"];
 pub(crate) const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
 pub(crate) const ALL: &[&str] = &["all"];
 pub(crate) const NONE: &[&str] = &[];
@@ -172,6 +208,23 @@ pub(crate) const fn status_of(
             kind,
         },
         verbs: STATUS_VERBS,
+    }
+}
+
+/// A core/v1 subresource whose requests and answers are `kind`.
+pub(crate) const fn core_sub(
+    name: Subresource,
+    kind: &'static str,
+    verbs: &'static [&'static str],
+) -> SubresourceInfo {
+    SubresourceInfo {
+        name,
+        kind: GroupVersionKind {
+            group: "",
+            version: "v1",
+            kind,
+        },
+        verbs,
     }
 }
 
@@ -260,6 +313,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
     volumes::STORAGE_CLASSES,
     // scheduling.k8s.io/v1
     scheduling::PRIORITY_CLASSES,
+    // certificates.k8s.io/v1
+    certificates::CERTIFICATE_SIGNING_REQUESTS,
     // authorization.k8s.io/v1 and authentication.k8s.io/v1: answered, never stored
     authorization::SELF_SUBJECT_ACCESS_REVIEWS,
     authorization::SUBJECT_ACCESS_REVIEWS,

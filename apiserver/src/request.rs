@@ -106,6 +106,8 @@ pub fn parse_path(method: &http::Method, path: &str, query: &Query) -> Result<Ap
         [plural] => (*plural, None, None),
         [plural, name] => (*plural, Some(*name), None),
         [plural, name, sub] => (*plural, Some(*name), Some(*sub)),
+        // A proxy subresource's path goes on: `nodes/<name>/proxy/<path on the kubelet>`.
+        [plural, name, "proxy", ..] => (*plural, Some(*name), Some("proxy")),
         _ => return Err(ApiError::path_not_found()),
     };
     let resource = catalog::find(group, version, plural).ok_or_else(ApiError::path_not_found)?;
@@ -443,6 +445,30 @@ mod tests {
             let error = parse_path(&get, path, &query).expect_err(path);
             assert_eq!(error.code, 404, "{path}");
         }
+    }
+
+    #[test]
+    fn connect_verbs_come_from_the_method_and_a_proxy_path_goes_on() {
+        let exec = "/api/v1/namespaces/a/pods/p/exec";
+        assert_eq!(resource("GET", exec, "command=ls").verb, Verb::Get);
+        assert_eq!(resource("POST", exec, "command=ls").verb, Verb::Create);
+        assert_eq!(
+            resource("GET", "/api/v1/namespaces/a/pods/p/log", "").subresource,
+            Some(Subresource::Log)
+        );
+        let proxy = resource("PUT", "/api/v1/nodes/n1/proxy/configz/x", "");
+        assert_eq!(
+            (proxy.verb, proxy.name.as_deref(), proxy.subresource),
+            (Verb::Update, Some("n1"), Some(Subresource::Proxy))
+        );
+        // Only a proxy's path goes on.
+        let error = parse_path(
+            &http::Method::GET,
+            "/api/v1/namespaces/a/pods/p/log/more",
+            &Query::default(),
+        )
+        .expect_err("log has no path");
+        assert_eq!(error.code, 404);
     }
 
     #[test]

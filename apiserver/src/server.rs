@@ -406,6 +406,14 @@ pub async fn start(
     if config.authorization_modes.contains(&authz::Mode::Node) {
         admission = admission.with_validating(authz::node::restriction::NodeRestriction);
     }
+    admission = admission
+        .with_validating(authz::certificates::CertificateApproval::new(
+            authorizer.clone(),
+        ))
+        .with_validating(authz::certificates::CertificateSigning::new(
+            authorizer.clone(),
+        ))
+        .with_validating(authz::certificates::CertificateSubjectRestriction);
     if let Some(policy) = policy {
         admission = admission.with_validating(authz::rbac::escalation::RbacEscalation::new(
             authorizer.clone(),
@@ -416,6 +424,10 @@ pub async fn start(
 
     let advertise = advertise_ip(&addr);
     registry::bootstrap(&registry, addr.port(), &advertise.to_string())
+        .await
+        .map_err(StartError::Bootstrap)?;
+    let advertised_url = format!("https://{}", SocketAddr::new(advertise, addr.port()));
+    registry::publish_cluster_info(&registry, &advertised_url, &pki.ca_cert_pem)
         .await
         .map_err(StartError::Bootstrap)?;
     let state = AppState::new(
@@ -432,7 +444,11 @@ pub async fn start(
         metrics.clone(),
         service_accounts,
     )
-    .with_auditor(auditor);
+    .with_auditor(auditor)
+    .with_kubelet_client(
+        crate::http::kubelet_proxy::KubeletClient::new(&pki, tasks.clone(), shutdown.clone())
+            .map_err(StartError::Pki)?,
+    );
     state.mark_bootstrapped();
 
     let host = if addr.ip().is_unspecified() {

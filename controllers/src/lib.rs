@@ -11,6 +11,8 @@
 
 pub mod clusterrole_aggregation;
 pub mod cronjob;
+pub mod csrapproving;
+pub mod csrsigning;
 pub mod daemonset;
 pub mod deployment;
 pub mod disruption;
@@ -91,6 +93,10 @@ pub struct Config {
     /// Mints legacy ServiceAccount tokens with the cluster's key; without it the tokens
     /// controller does not run.
     pub legacy_tokens: Option<tokens::Minter>,
+    /// Signs approved CertificateSigningRequests with the cluster CA
+    /// (`--cluster-signing-cert-file`/`--cluster-signing-key-file`); without it the
+    /// `csrsigning` controller does not run.
+    pub cluster_signing: Option<Arc<csrsigning::Signer>>,
 }
 
 /// The controller-manager.
@@ -178,6 +184,16 @@ async fn run_controllers(config: Config, metrics: Arc<QueueMetrics>, shutdown: C
                 }
                 None => {
                     tracing::warn!("no cluster CA bundle given: kube-root-ca.crt is not published");
+                    continue;
+                }
+            },
+            "csrapproving" => csrapproving::controller(&informers, client, queue, token),
+            "csrsigning" => match &config.cluster_signing {
+                Some(signer) => {
+                    csrsigning::controller(&informers, client, signer.clone(), queue, token)
+                }
+                None => {
+                    tracing::warn!("no cluster signing CA given: CSRs are not signed");
                     continue;
                 }
             },

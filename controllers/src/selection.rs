@@ -25,6 +25,8 @@ pub const ALL: &[&str] = &[
     "pod-garbage-collector",
     "serviceaccount-token",
     "disruption",
+    "csrapproving",
+    "csrsigning",
 ];
 
 /// The controllers that run.

@@ -3,6 +3,7 @@
 //! deny decides, silence everywhere is a denial), RBAC (rbac/) and `AlwaysAllow` (only when
 //! asked for). SelfSubjectAccessReviews are answered by the same chain the request path uses.
 
+pub mod certificates;
 pub mod follow;
 pub mod node;
 pub mod rbac;

@@ -86,7 +86,10 @@ pub async fn audit(State(state): State<AppState>, request: Request, next: Next) 
     if decision.level == Level::None {
         return next.run(request).await;
     }
-    let is_watch = info.is_some_and(|info| info.verb == Verb::Watch);
+    // A watch's stream, and a kubelet's (logs, exec, …), is audited as it ends, never read.
+    let is_watch = info.is_some_and(|info| {
+        info.verb == Verb::Watch || super::kubelet_proxy::is_long_running(info)
+    });
     let object_ref = info.map(object_ref);
     let mut event = Event {
         audit_id,
@@ -168,7 +171,9 @@ async fn complete(
 ) -> Response {
     let code = response.status().as_u16();
     event.response_status = Some(json!({"metadata": {}, "code": code}));
-    if is_watch && response.status().is_success() {
+    let streams = response.status().is_success()
+        || response.status() == http::StatusCode::SWITCHING_PROTOCOLS;
+    if is_watch && streams {
         auditor.emit(&decision, &event, Stage::ResponseStarted);
         let (parts, body) = response.into_parts();
         let guard = CompleteOnDrop {

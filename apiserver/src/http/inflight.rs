@@ -35,15 +35,17 @@ impl RequestLimits {
     }
 }
 
-/// Watches stream for as long as the client wants: upstream's long-running requests, exempt
-/// from both limits.
+/// Watches, and the kubelet's streams (logs, exec, attach, port-forward, node proxy), run for
+/// as long as the client wants: upstream's long-running requests, exempt from both limits and
+/// the timeout.
 fn is_long_running(request: &Request) -> bool {
     let query = Query::parse(request.uri().query());
     let path = request.uri().path();
     (path.starts_with("/api/") || path.starts_with("/apis/"))
         && matches!(
             request::parse_path(request.method(), path, &query),
-            Ok(ApiPath::Resource(info)) if info.verb == Verb::Watch
+            Ok(ApiPath::Resource(info))
+                if info.verb == Verb::Watch || super::kubelet_proxy::is_long_running(&info)
         )
 }
 
@@ -115,5 +117,11 @@ mod tests {
         assert!(is_long_running(&get("/api/v1/watch/pods")));
         assert!(!is_long_running(&get("/api/v1/pods")));
         assert!(!is_long_running(&get("/healthz")));
+        assert!(is_long_running(&get(
+            "/api/v1/namespaces/d/pods/p/log?follow=true"
+        )));
+        assert!(is_long_running(&get("/api/v1/namespaces/d/pods/p/exec")));
+        assert!(is_long_running(&get("/api/v1/nodes/n/proxy/metrics")));
+        assert!(!is_long_running(&get("/api/v1/namespaces/d/pods/p/status")));
     }
 }

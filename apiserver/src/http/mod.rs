@@ -8,12 +8,14 @@
 //!   /version /healthz /livez /readyz /metrics        (health may be read anonymously)
 //!   /api, /apis, /api/v1, /apis/<g>/<v>              discovery (legacy or aggregated)
 //!   /api/v1/…/<resource>[/<name>[/<subresource>]]    authorize (403) → resources
+//!     pods/{log,exec,attach,portforward}, nodes/proxy → kubelet_proxy (to the kubelet)
 //! ```
 
 mod audit;
 mod discovery;
 mod health;
 mod inflight;
+pub mod kubelet_proxy;
 pub mod metrics;
 mod oidc;
 mod openapi;
@@ -58,6 +60,9 @@ pub struct AppState {
     pub service_accounts: Arc<ServiceAccountTokens>,
     /// The audit policy and log, when auditing is on.
     pub auditor: Option<Arc<crate::audit::Auditor>>,
+    /// Connects to kubelets (pods/log, exec, attach, portforward, nodes/proxy); without one
+    /// those answer 503.
+    pub kubelet_client: Option<Arc<kubelet_proxy::KubeletClient>>,
 }
 
 impl AppState {
@@ -81,7 +86,14 @@ impl AppState {
             request_limits: Arc::new(inflight::RequestLimits::new(limits)),
             service_accounts,
             auditor: None,
+            kubelet_client: None,
         }
+    }
+
+    /// Proxies the kubelets' subresources with `client`.
+    pub fn with_kubelet_client(mut self, client: kubelet_proxy::KubeletClient) -> Self {
+        self.kubelet_client = Some(Arc::new(client));
+        self
     }
 
     /// Audits requests to `auditor`'s log.

@@ -54,17 +54,23 @@ pub async fn handle(State(state): State<AppState>, request: Request) -> Response
         }
         ApiPath::GroupVersion { group, version } => discovery::resource_list(&group, &version),
         ApiPath::Resource(info) => {
-            let labels = labels_of(&info, &query);
+            let mut labels = labels_of(&info, &query);
             let span = tracing::Span::current();
             span.record("resource", info.resource.plural);
             if let Some(namespace) = &info.namespace {
                 span.record("namespace", namespace.as_str());
             }
-            let mut response =
-                match resource(&state, &caller, &info, &query, &parts.headers, body).await {
-                    Ok(response) => response,
-                    Err(error) => error.into_response(),
-                };
+            let served = if info
+                .subresource
+                .is_some_and(Subresource::proxies_to_kubelet)
+            {
+                // Upstream counts connect requests (and pods/log) as CONNECT.
+                labels.verb = "CONNECT".to_string();
+                super::kubelet_proxy::serve(&state, &caller, &info, &query, parts, body).await
+            } else {
+                resource(&state, &caller, &info, &query, &parts.headers, body).await
+            };
+            let mut response = served.unwrap_or_else(IntoResponse::into_response);
             response.extensions_mut().insert(labels);
             response
         }
@@ -105,7 +111,7 @@ fn labels_of(info: &RequestInfo, query: &Query) -> RequestLabels {
 
 /// Whether the resource (or its subresource, with its own verbs) serves the verb. As upstream,
 /// a collection of a namespaced resource is deleted only within one namespace.
-fn verb_served(info: &RequestInfo) -> bool {
+pub(super) fn verb_served(info: &RequestInfo) -> bool {
     let verb = info.verb.as_str();
     let served = match info.subresource {
         Some(name) => info
@@ -149,7 +155,7 @@ fn scope_watch_to_name(info: &RequestInfo, options: &mut ListOptions) -> Result<
     Ok(())
 }
 
-fn authorize(
+pub(super) fn authorize(
     state: &AppState,
     caller: &crate::authn::UserInfo,
     info: &RequestInfo,
@@ -249,6 +255,8 @@ fn write_of(caller: &crate::authn::UserInfo, options: &WriteOptions, headers: &H
         caller: registry::Caller {
             user: caller.name.clone(),
             groups: caller.groups.clone(),
+            uid: caller.uid.clone(),
+            extra: caller.extra.clone(),
         },
         dry_run: options.dry_run,
         field_validation: options.field_validation,
@@ -296,7 +304,7 @@ async fn resource(
     }
 }
 
-fn not_allowed() -> ApiError {
+pub(super) fn not_allowed() -> ApiError {
     ApiError::method_not_allowed("the server does not allow this method on the requested resource")
 }
 

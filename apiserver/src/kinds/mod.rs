@@ -28,6 +28,7 @@ use crate::validation::{Errs, NameRule};
 pub mod apps;
 pub mod authorization;
 pub mod batch;
+pub mod certificates;
 pub mod config;
 pub mod coordination;
 pub mod discovery;
@@ -73,6 +74,9 @@ pub trait Strategy: Sync {
     /// Sets what a create starts with, after the common metadata reset (and after a kind with
     /// a status subresource has had the client's status dropped).
     fn prepare_for_create(&self, _object: &mut Value) {}
+    /// Records on a create what only the server knows: who is asking (a
+    /// CertificateSigningRequest's requestor). Runs right after [`Strategy::prepare_for_create`].
+    fn prepare_for_create_by(&self, _object: &mut Value, _caller: &crate::registry::Caller) {}
     /// Whether a create keeps the client's status although the kind has a status
     /// subresource (the kubelet registers its node with one).
     fn keeps_status_on_create(&self) -> bool {

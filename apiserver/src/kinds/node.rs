@@ -13,7 +13,7 @@ use crate::{defaults, tables};
 
 /// core/v1 Node.
 pub const NODES: ResourceInfo = resource!("", "v1", "Node", "nodes", "node", false, short: &["no"], categories: NONE,
-        sub: &[status_of("", "v1", "Node")], prefix: "/registry/minions", k8s::core::v1::Node,
+        sub: &[status_of("", "v1", "Node"), core_sub(Subresource::Proxy, "NodeProxyOptions", PROXY_VERBS)], prefix: "/registry/minions", k8s::core::v1::Node,
         strategy: &NodeStrategy, printer: &tables::core::NodeTable);
 
 /// The rules of Node objects.

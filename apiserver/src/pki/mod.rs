@@ -254,6 +254,24 @@ impl Pki {
         self.ca.issue(&issue::client_params(), &subject)
     }
 
+    /// Issue a serving certificate signed by the cluster CA for `dns_names` and `ips`
+    /// (CN = `common_name`, O = `organizations`, 1 year), e.g. a kubelet's
+    /// (`system:node:<name>` in `system:nodes`). Returns (certificate PEM, private key PEM).
+    pub fn issue_serving_cert(
+        &self,
+        common_name: &str,
+        organizations: &[&str],
+        dns_names: &[String],
+        ips: &[IpAddr],
+    ) -> Result<(String, String), PkiError> {
+        let sans = Sans {
+            dns: dns_names.iter().map(|name| name.to_lowercase()).collect(),
+            ips: ips.iter().copied().collect(),
+        };
+        let subject = issue::client_subject(common_name, organizations);
+        self.ca.issue(&issue::serving_params(&sans)?, &subject)
+    }
+
     /// Paths of the CA certificate and the admin certificate and key (for `curl` and friends).
     pub fn path(&self, file_name: &str) -> PathBuf {
         self.dir.join(file_name)

@@ -36,6 +36,7 @@ const GROUPS: &[(&str, &str)] = &[
     ("authorization.k8s.io", "k8s.io.api.authorization"),
     ("authentication.k8s.io", "k8s.io.api.authentication"),
     ("autoscaling", "k8s.io.api.autoscaling"),
+    ("certificates.k8s.io", "k8s.io.api.certificates"),
 ];
 
 /// meta/v1 kinds that every group version also accepts (e.g. a `DeleteOptions` sent as `v1`).

@@ -12,6 +12,7 @@
 //! ```
 
 mod allocator;
+pub mod cluster_info;
 mod keys;
 mod list;
 mod namespaces;
@@ -23,6 +24,7 @@ mod subresources;
 mod watch;
 
 pub use allocator::{Allocators, Cidr};
+pub use cluster_info::publish_cluster_info;
 pub use list::{decode_continue, ListResult};
 pub use namespaces::{bootstrap, StoredNamespaces};
 pub use store::{DeleteOptions, DeleteResult, Input, Preconditions, Propagation};
@@ -53,6 +55,9 @@ pub struct Target<'a> {
 pub struct Caller {
     pub user: String,
     pub groups: Vec<String>,
+    pub uid: String,
+    /// The user's extra attributes (recorded by CertificateSigningRequests).
+    pub extra: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 /// Options of one write, resolved from the query.

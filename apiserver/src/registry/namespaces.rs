@@ -15,11 +15,12 @@ use crate::request::FieldValidation;
 
 use rudder_facts::namespaces::SYSTEM_NAMESPACES;
 
-fn system_write() -> Write {
+pub(super) fn system_write() -> Write {
     Write {
         caller: Caller {
             user: "system:apiserver".into(),
             groups: vec!["system:masters".into()],
+            ..Caller::default()
         },
         dry_run: false,
         field_validation: FieldValidation::Ignore,

@@ -148,6 +148,8 @@ impl Registry {
                 .mutate(&attributes, Some(&mut object), None)
                 .await?;
             strategy::prepare_for_create(info, &mut object);
+            info.strategy
+                .prepare_for_create_by(&mut object, &write.caller);
             strategy::default(info, &mut object);
             strategy::validate(info, None, &object, None)?;
             self.admission

@@ -64,6 +64,28 @@ pub(super) fn prepare_for_update(
         let version = object::meta_str(new, "resourceVersion").to_string();
         object::set_meta(&mut merged, "resourceVersion", version);
         *new = merged;
+        info.strategy.prepare_for_update(new, old, subresource);
+        return;
+    }
+    if subresource == Some(Subresource::Approval) {
+        // Through /approval only the status conditions change.
+        let conditions = new.pointer("/status/conditions").cloned();
+        let mut merged = old.clone();
+        if !merged.get("status").is_some_and(Value::is_object) {
+            merged["status"] = serde_json::json!({});
+        }
+        match conditions {
+            Some(conditions) => merged["status"]["conditions"] = conditions,
+            None => {
+                if let Some(map) = merged["status"].as_object_mut() {
+                    map.remove("conditions");
+                }
+            }
+        }
+        let version = object::meta_str(new, "resourceVersion").to_string();
+        object::set_meta(&mut merged, "resourceVersion", version);
+        *new = merged;
+        info.strategy.prepare_for_update(new, old, subresource);
         return;
     }
     if subresource == Some(Subresource::Binding) {

@@ -7,6 +7,7 @@
 
 pub mod apps;
 pub mod batch;
+pub mod certificates;
 pub mod core;
 pub mod events;
 pub(crate) mod format;

@@ -7,6 +7,7 @@ use serde_json::Value;
 
 pub mod apps;
 pub mod batch;
+pub mod certificates;
 pub mod core;
 #[cfg(test)]
 mod core_tests;

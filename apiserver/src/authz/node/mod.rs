@@ -2,8 +2,8 @@
 //! read the Secrets, ConfigMaps, PersistentVolumeClaims and ServiceAccounts (and request tokens
 //! for them) only of pods bound to its node (graph.rs), update the status only of those pods,
 //! and modify only its own Node and Lease; plus what every kubelet needs (read nodes, pods,
-//! services, endpoints; write events; review tokens and access). Anything else it leaves to the
-//! next authorizer. NodeRestriction (restriction.rs) checks what the authorizer cannot see in a
+//! services, endpoints; write events; review tokens and access; create and read
+//! CertificateSigningRequests). Anything else it leaves to the next authorizer. NodeRestriction (restriction.rs) checks what the authorizer cannot see in a
 //! URL: the name of a created Node or Lease, and that a created pod is its own mirror pod.
 
 pub mod graph;
@@ -92,6 +92,8 @@ impl NodeAuthorizer {
                 namespace == LEASE_NAMESPACE && (verb == "create" || name == node)
             }
             ("storage.k8s.io", "storageclasses", "") => reads,
+            // Its own certificates (what a request may ask for is the approver's business).
+            ("certificates.k8s.io", "certificatesigningrequests", "") => reads || verb == "create",
             ("authentication.k8s.io", "tokenreviews", "")
             | ("authorization.k8s.io", "subjectaccessreviews", "") => verb == "create",
             _ => false,

@@ -8,6 +8,7 @@
 
 use serde_json::{json, Value};
 
+mod certificates;
 mod scheduler;
 
 const READ: &[&str] = &["get", "list", "watch"];
@@ -64,17 +65,22 @@ const TO_VIEW: (&str, &str) = ("rbac.authorization.k8s.io/aggregate-to-view", "t
 pub fn cluster_roles() -> Vec<Value> {
     let mut roles = own_cluster_roles();
     roles.extend(scheduler::cluster_roles());
+    roles.extend(certificates::cluster_roles());
     roles
 }
 
-/// The default Roles (each in its namespace, kube-system).
+/// The default Roles (each in its namespace: kube-system, kube-public).
 pub fn roles() -> Vec<Value> {
-    scheduler::roles()
+    let mut roles = scheduler::roles();
+    roles.extend(certificates::roles());
+    roles
 }
 
-/// The default RoleBindings (each in its namespace, kube-system).
+/// The default RoleBindings (each in its namespace: kube-system, kube-public).
 pub fn role_bindings() -> Vec<Value> {
-    scheduler::role_bindings()
+    let mut bindings = scheduler::role_bindings();
+    bindings.extend(certificates::role_bindings());
+    bindings
 }
 
 fn own_cluster_roles() -> Vec<Value> {
@@ -134,6 +140,31 @@ fn own_cluster_roles() -> Vec<Value> {
                     &["authorization.k8s.io"],
                     &["subjectaccessreviews"],
                     &["create"],
+                ),
+            ],
+        ),
+        // Full use of the kubelet API, which a kubelet checks with a SubjectAccessReview; bound
+        // to the apiserver's kubelet client (`http::kubelet_proxy`). The last three are for
+        // kubelets with fine-grained authorization (upstream's KubeletFineGrainedAuthz).
+        cluster_role(
+            "system:kubelet-api-admin",
+            &[],
+            vec![
+                rule(&[""], &["nodes"], READ),
+                rule(&[""], &["nodes"], &["proxy"]),
+                rule(
+                    &[""],
+                    &[
+                        "nodes/proxy",
+                        "nodes/metrics",
+                        "nodes/spec",
+                        "nodes/stats",
+                        "nodes/log",
+                        "nodes/pods",
+                        "nodes/healthz",
+                        "nodes/configz",
+                    ],
+                    &["*"],
                 ),
             ],
         ),
@@ -416,6 +447,7 @@ fn user_binding(name: &str, role: &str, user: &str) -> Value {
 pub fn cluster_role_bindings() -> Vec<Value> {
     let mut bindings = own_cluster_role_bindings();
     bindings.extend(scheduler::cluster_role_bindings());
+    bindings.extend(certificates::cluster_role_bindings());
     bindings
 }
 
@@ -441,6 +473,12 @@ fn own_cluster_role_bindings() -> Vec<Value> {
             "system:kube-controller-manager",
             "system:kube-controller-manager",
             "system:kube-controller-manager",
+        ),
+        // The apiserver's identity toward kubelets (the CN of its kubelet client certificate).
+        user_binding(
+            "system:kube-apiserver-kubelet-client",
+            "system:kubelet-api-admin",
+            crate::http::kubelet_proxy::KUBELET_CLIENT_USER,
         ),
         binding(
             "system:public-info-viewer",
