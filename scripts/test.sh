@@ -10,9 +10,13 @@ rudder_install_packages protobuf-compiler etcd-server etcd-client postgresql-cli
 # The python client test (tests/tests/kubectl_apply.rs) needs the `kubernetes` package.
 rudder_install_python_packages kubernetes
 rudder_make_disk_room
-trap rudder_stop_services EXIT
+containerd_dir=/tmp/rudder-test-containerd
+trap 'rudder_stop_services; scripts/containerd.sh stop "$containerd_dir"' EXIT
 rudder_start_etcd
 rudder_start_postgres
+# The node agent's tests (tests/tests/kubelet.rs) run real pods on a containerd of their own.
+export RUDDER_TEST_CONTAINERD
+RUDDER_TEST_CONTAINERD=$(scripts/containerd.sh start "$containerd_dir" 10.244.77.0/24)
 
 export RUDDER_TEST_ETCD_ENDPOINT="$RUDDER_ETCD_ENDPOINT"
 export RUDDER_TEST_POSTGRES_URL="$RUDDER_POSTGRES_URL"

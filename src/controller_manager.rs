@@ -43,6 +43,16 @@ pub struct ControllerManagerArgs {
     /// `kubernetes.io/service-account-token` Secrets; without it they stay empty.
     #[arg(long)]
     service_account_private_key_file: Option<std::path::PathBuf>,
+    /// The CA certificate (PEM, the server's `pki/ca.crt`) that signs approved
+    /// CertificateSigningRequests; with --cluster-signing-key-file.
+    #[arg(long, requires = "cluster_signing_key_file")]
+    cluster_signing_cert_file: Option<std::path::PathBuf>,
+    /// The CA's private key (PEM, the server's `pki/ca.key`).
+    #[arg(long, requires = "cluster_signing_cert_file")]
+    cluster_signing_key_file: Option<std::path::PathBuf>,
+    /// The longest lifetime of a signed certificate (`8760h`, `30d`, `3600s`).
+    #[arg(long, default_value = "8760h")]
+    cluster_signing_duration: String,
 }
 
 /// Mints legacy ServiceAccount tokens with the private key `pem`.
@@ -88,6 +98,22 @@ pub async fn run(args: ControllerManagerArgs, shutdown: CancellationToken) -> Re
         }
         None => None,
     };
+    let cluster_signing = match (
+        &args.cluster_signing_cert_file,
+        &args.cluster_signing_key_file,
+    ) {
+        (Some(cert), Some(key)) => {
+            let read = |path: &PathBuf| {
+                std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+            };
+            let signer =
+                rudder_controllers::csrsigning::Signer::from_pem(&read(cert)?, &read(key)?)
+                    .with_context(|| format!("{} and {}", cert.display(), key.display()))?
+                    .with_max_duration(signing_duration(&args.cluster_signing_duration)?);
+            Some(std::sync::Arc::new(signer))
+        }
+        _ => None,
+    };
     let config = kube::Config::from_custom_kubeconfig(
         kubeconfig,
         &kube::config::KubeConfigOptions::default(),
@@ -114,13 +140,31 @@ pub async fn run(args: ControllerManagerArgs, shutdown: CancellationToken) -> Re
             ..rudder_controllers::podgc::Settings::default()
         },
         legacy_tokens,
+        cluster_signing,
     });
     manager.run(shutdown).await;
     Ok(())
 }
 
+/// `--cluster-signing-duration`: a number of hours, days or seconds (`8760h`, `365d`, `3600s`).
+fn signing_duration(text: &str) -> Result<std::time::Duration> {
+    let text = text.trim();
+    let (number, unit) = text.split_at(text.len().saturating_sub(1));
+    let number: u64 = number
+        .parse()
+        .with_context(|| format!("--cluster-signing-duration {text:?}: e.g. 8760h"))?;
+    let seconds = match unit {
+        "s" => number,
+        "m" => number * 60,
+        "h" => number * 3600,
+        "d" => number * 86_400,
+        _ => anyhow::bail!("--cluster-signing-duration {text:?}: the unit must be s, m, h or d"),
+    };
+    Ok(std::time::Duration::from_secs(seconds))
+}
+
 /// The CA bundle of the kubeconfig's current cluster, to publish as `kube-root-ca.crt`.
-fn cluster_ca(kubeconfig: &kube::config::Kubeconfig) -> Option<String> {
+pub(crate) fn cluster_ca(kubeconfig: &kube::config::Kubeconfig) -> Option<String> {
     use base64::Engine;
     let context_name = kubeconfig.current_context.as_deref()?;
     let context = kubeconfig

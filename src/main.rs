@@ -7,12 +7,14 @@
 //! each driver side by side with real etcd) and `bench api` (creates and lists through the
 //! Kubernetes API over HTTPS, an in-process apiserver per driver, side by side with etcd).
 
+mod agent;
 mod bench;
 mod controller_manager;
 mod gateway;
 mod scheduler;
 mod serve;
 mod storage_check;
+mod token;
 
 use std::process::ExitCode;
 
@@ -42,6 +44,14 @@ enum Command {
     ControllerManager(controller_manager::ControllerManagerArgs),
     /// Run the scheduler alone against a cluster's API (`rudder server` runs it in-process).
     Scheduler(scheduler::SchedulerArgs),
+    /// Run a node agent (kubelet): join a cluster and run its pods through containerd, or
+    /// `--hollow N` fake nodes for scale runs.
+    Agent(Box<agent::AgentArgs>),
+    /// Bootstrap tokens for joining nodes (`create`, `join-command`).
+    Token {
+        #[command(subcommand)]
+        command: token::TokenCommand,
+    },
     /// Storage tools.
     Storage {
         #[command(subcommand)]
@@ -131,7 +141,9 @@ fn main() -> ExitCode {
                 controller_manager::run(args, shutdown_on_signal()).await
             }
             Command::Scheduler(args) => scheduler::run(args, shutdown_on_signal()).await,
+            Command::Agent(args) => agent::run(*args, shutdown_on_signal()).await,
             Command::Kubeconfig(args) => serve::kubeconfig(args),
+            Command::Token { command } => token::run(command).await,
             Command::Version => {
                 println!("rudder {}", env!("CARGO_PKG_VERSION"));
                 println!("storage drivers: sqlite, postgres, etcd");

@@ -120,6 +120,29 @@ pub struct ServerArgs {
     /// Days to keep rotated audit logs (0: for ever).
     #[arg(long, default_value_t = 0)]
     audit_log_maxage: u64,
+    /// Do not run a node agent in this process (by default one runs when the container
+    /// runtime's socket exists).
+    #[arg(long)]
+    disable_agent: bool,
+    /// containerd's CRI socket, for this server's own node agent.
+    #[arg(long, default_value = crate::agent::DEFAULT_RUNTIME_ENDPOINT)]
+    container_runtime_endpoint: String,
+    /// This server's node name (default: the host name).
+    #[arg(long)]
+    node_name: Option<String>,
+    /// This server's node address (default: the first non-loopback local address).
+    #[arg(long)]
+    node_ip: Option<std::net::IpAddr>,
+    /// The kubelet API's port of this server's node agent (0: any free port).
+    #[arg(long, default_value_t = 10250)]
+    kubelet_port: u16,
+    /// The cluster DNS server(s) pods resolve through.
+    #[arg(long, value_delimiter = ',')]
+    cluster_dns: Vec<String>,
+    /// Also run this many hollow nodes (fake runtime) in-process, named `<node-name>-N`
+    /// (`hollow-N` without --node-name), for scale tests.
+    #[arg(long, default_value_t = 0)]
+    hollow_nodes: usize,
 }
 
 #[derive(clap::Args)]
@@ -190,6 +213,14 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
     };
     let authorization_modes = rudder_apiserver::authz::Mode::parse_list(&args.authorization_mode)
         .map_err(|error| anyhow::anyhow!("--authorization-mode: {error}"))?;
+    let agent_args = LocalAgent {
+        data_dir: args.data_dir.clone(),
+        container_runtime_endpoint: args.container_runtime_endpoint.clone(),
+        node_name: args.node_name.clone(),
+        node_ip: args.node_ip,
+        kubelet_port: args.kubelet_port,
+        cluster_dns: args.cluster_dns.clone(),
+    };
     let (url, store) = open_store(args.storage, &args.data_dir).await?;
     let config = rudder_apiserver::Config {
         data_dir: args.data_dir,
@@ -273,6 +304,31 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
         };
         tokio::spawn(gateway.until(shutdown.child_token()))
     });
+    let agent = if args.disable_agent {
+        None
+    } else {
+        local_agent(
+            &running,
+            &agent_args,
+            &agent_args.data_dir,
+            shutdown.child_token(),
+        )
+        .await?
+    };
+    let hollow = if args.hollow_nodes > 0 {
+        let client = client_for(&running.kubeconfig).await?;
+        // Named <node-name>-0 …, or hollow-0 … without --node-name.
+        let prefix = args.node_name.clone().unwrap_or_else(|| "hollow".into());
+        Some(tokio::spawn(crate::agent::run_hollow(
+            client,
+            prefix,
+            args.hollow_nodes,
+            110,
+            shutdown.child_token(),
+        )))
+    } else {
+        None
+    };
     let served = running.wait().await;
     // Whatever ended the API, the rest of the process ends with it.
     shutdown.cancel();
@@ -287,12 +343,98 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
             outcome = outcome.and(Err(error).context("the scheduler task"));
         }
     }
+    for (task, what) in [(agent, "the node agent"), (hollow, "the hollow nodes")] {
+        if let Some(task) = task {
+            match task.await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => outcome = outcome.and(Err(error).context(what)),
+                Err(error) => outcome = outcome.and(Err(error).context(what)),
+            }
+        }
+    }
     if let Some(gateway) = gateway {
         let ended = gateway.await.context("the etcd gateway task");
         outcome = outcome.and(ended.and_then(|served| served));
     }
     store.close().await;
     outcome
+}
+
+/// What `rudder server` passes to its own node agent.
+struct LocalAgent {
+    data_dir: PathBuf,
+    container_runtime_endpoint: String,
+    node_name: Option<String>,
+    node_ip: Option<std::net::IpAddr>,
+    kubelet_port: u16,
+    cluster_dns: Vec<String>,
+}
+
+/// This server's own node agent, when the container runtime's socket is there: a kubelet
+/// client certificate (`system:node:<name>`) and a serving certificate from the cluster CA.
+async fn local_agent(
+    running: &rudder_apiserver::server::Running,
+    args: &LocalAgent,
+    data_dir: &Path,
+    shutdown: CancellationToken,
+) -> Result<Option<tokio::task::JoinHandle<Result<()>>>> {
+    let endpoint = args.container_runtime_endpoint.clone();
+    let socket = endpoint.strip_prefix("unix://").unwrap_or(&endpoint);
+    if !Path::new(socket).exists() {
+        tracing::info!(socket, "no container runtime socket: this server runs no node agent (see --container-runtime-endpoint)");
+        return Ok(None);
+    }
+    let name = args
+        .node_name
+        .clone()
+        .unwrap_or_else(crate::agent::default_node_name);
+    let ip = args.node_ip.unwrap_or_else(crate::agent::default_node_ip);
+    let user = format!("system:node:{name}");
+    let (cert, key) = running.pki.issue_client_cert(&user, &["system:nodes"])?;
+    let server_url = format!("https://127.0.0.1:{}", running.addr.port());
+    let kubeconfig = rudder_apiserver::pki::kubeconfig::client_kubeconfig(
+        rudder_apiserver::pki::kubeconfig::CLUSTER_NAME,
+        &server_url,
+        &running.pki.ca_cert_pem,
+        &user,
+        &cert,
+        &key,
+    );
+    let path = data_dir.join("agent").join("kubelet.kubeconfig");
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
+    }
+    rudder_apiserver::pki::write_private_file(&path, &kubeconfig)?;
+    let client = client_for(&path).await?;
+    let (serving_cert, serving_key) = running.pki.issue_serving_cert(
+        &user,
+        &["system:nodes"],
+        std::slice::from_ref(&name),
+        &[ip, std::net::IpAddr::from([127, 0, 0, 1])],
+    )?;
+    let mut config = rudder_kubelet::Config::new(&name, ip, data_dir.join("agent"));
+    config.listen = Some(std::net::SocketAddr::new(
+        std::net::IpAddr::from([0, 0, 0, 0]),
+        args.kubelet_port,
+    ));
+    config.serving = Some(rudder_kubelet::Serving {
+        cert_pem: serving_cert,
+        key_pem: serving_key,
+        client_ca_pem: running.pki.ca_cert_pem.clone(),
+    });
+    config.cluster_dns = args.cluster_dns.clone();
+    let runtime: Arc<dyn rudder_kubelet::runtime::Runtime> =
+        Arc::new(rudder_kubelet::runtime::cri::CriRuntime::new(&endpoint)?);
+    let recorder = rudder_runtime::events::recorder(client.clone(), "kubelet", &name);
+    tracing::info!(node = %name, %ip, runtime = %endpoint, "starting this server's node agent");
+    Ok(Some(tokio::spawn(rudder_kubelet::run(
+        config,
+        client,
+        runtime,
+        Some(recorder),
+        shutdown,
+    ))))
 }
 
 /// The controller-manager for this server: a client of its own API as
@@ -322,8 +464,31 @@ async fn controller_manager(
             legacy_tokens: Some(crate::controller_manager::legacy_minter(
                 &running.pki.sa_key_pem,
             )?),
+            cluster_signing: cluster_signer(&running.pki),
         },
     ))
+}
+
+/// The CSR signer over the cluster CA in the server's pki dir (`ca.crt`, `ca.key`); none, with
+/// a warning, when the key is not there.
+fn cluster_signer(
+    pki: &rudder_apiserver::pki::Pki,
+) -> Option<std::sync::Arc<rudder_controllers::csrsigning::Signer>> {
+    use rudder_apiserver::pki::CA_KEY_FILE;
+    let key_path = pki.path(CA_KEY_FILE);
+    let signer = std::fs::read_to_string(&key_path)
+        .map_err(|error| error.to_string())
+        .and_then(|key| {
+            rudder_controllers::csrsigning::Signer::from_pem(&pki.ca_cert_pem, &key)
+                .map_err(|error| error.to_string())
+        });
+    match signer {
+        Ok(signer) => Some(std::sync::Arc::new(signer)),
+        Err(error) => {
+            tracing::warn!(path = %key_path.display(), %error, "no cluster signing key: CertificateSigningRequests are not signed");
+            None
+        }
+    }
 }
 
 /// A client of the cluster (and as the user) a kubeconfig file names.

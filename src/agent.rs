@@ -1,0 +1,186 @@
+//! `rudder agent`: a node agent joining a cluster — with a bootstrap token (a CSR for its
+//! client certificate, another for its serving certificate) or with a kubeconfig — running
+//! pods through containerd's CRI; or `--hollow N` fake nodes in one process for scale runs.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use rudder_kubelet::runtime::cri::CriRuntime;
+use rudder_kubelet::runtime::fake::FakeRuntime;
+use rudder_kubelet::runtime::Runtime;
+use tokio_util::sync::CancellationToken;
+
+/// Where containerd's CRI socket usually is.
+pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
+
+#[derive(clap::Args)]
+pub struct AgentArgs {
+    /// The apiserver to join (`https://HOST:6443`), with --token.
+    #[arg(long)]
+    server: Option<String>,
+    /// A bootstrap token (`<id>.<secret>`, from `rudder token create`).
+    #[arg(long)]
+    token: Option<String>,
+    /// The SHA-256 of the cluster CA's public key (`sha256:<hex>`), checked against the CA
+    /// the server publishes in kube-public/cluster-info.
+    #[arg(long)]
+    ca_cert_hash: Option<String>,
+    /// Instead of joining: a kubeconfig with the node's credentials.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    #[arg(long, default_value = DEFAULT_RUNTIME_ENDPOINT)]
+    container_runtime_endpoint: String,
+    /// The Node's name (default: the host name).
+    #[arg(long)]
+    node_name: Option<String>,
+    /// The Node's InternalIP (default: the first non-loopback local address).
+    #[arg(long)]
+    node_ip: Option<IpAddr>,
+    #[arg(long, default_value = "rudder-agent")]
+    data_dir: PathBuf,
+    #[arg(long, default_value_t = 10250)]
+    kubelet_port: u16,
+    /// Labels for the Node, `k=v,k2=v2`.
+    #[arg(long, value_delimiter = ',')]
+    node_labels: Vec<String>,
+    #[arg(long, default_value_t = 110)]
+    max_pods: u32,
+    /// The cluster DNS server(s) pods resolve through.
+    #[arg(long, value_delimiter = ',')]
+    cluster_dns: Vec<String>,
+    /// Run N hollow nodes (fake runtime, no containers) named <node-name>-0 … instead of one
+    /// real node; they use the --kubeconfig credentials.
+    #[arg(long)]
+    hollow: Option<usize>,
+}
+
+pub fn default_node_ip() -> IpAddr {
+    rudder_apiserver::pki::host::local_addresses()
+        .into_iter()
+        .find(|ip| ip.is_ipv4() && !ip.is_loopback())
+        .unwrap_or(IpAddr::from([127, 0, 0, 1]))
+}
+
+pub fn default_node_name() -> String {
+    rudder_apiserver::pki::host::hostname()
+        .map(|h| h.to_lowercase())
+        .unwrap_or_else(|| "rudder-node".into())
+}
+
+fn labels(pairs: &[String]) -> Result<BTreeMap<String, String>> {
+    pairs
+        .iter()
+        .filter(|p| !p.is_empty())
+        .map(|pair| match pair.split_once('=') {
+            Some((k, v)) => Ok((k.to_owned(), v.to_owned())),
+            None => bail!("--node-labels: {pair:?} is not key=value"),
+        })
+        .collect()
+}
+
+/// `rudder agent`.
+pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
+    let node_name = args.node_name.clone().unwrap_or_else(default_node_name);
+    let node_ip = args.node_ip.unwrap_or_else(default_node_ip);
+    if let Some(count) = args.hollow {
+        let kubeconfig = args.kubeconfig.as_ref().context(
+            "--hollow needs --kubeconfig (credentials that may act for every hollow node)",
+        )?;
+        let client = crate::serve::client_for(kubeconfig).await?;
+        return run_hollow(client, node_name, count, args.max_pods, shutdown).await;
+    }
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("creating {}", args.data_dir.display()))?;
+    let (client, ca_pem) = match (&args.kubeconfig, &args.server, &args.token) {
+        (Some(path), _, _) => {
+            let client = crate::serve::client_for(path).await?;
+            let config = kube::config::Kubeconfig::read_from(path)?;
+            let ca = crate::controller_manager::cluster_ca(&config).unwrap_or_default();
+            (client, ca)
+        }
+        (None, Some(server), Some(token)) => {
+            let hash = args
+                .ca_cert_hash
+                .as_deref()
+                .context("joining with a token needs --ca-cert-hash (printed by `rudder token join-command`)")?;
+            let ca = rudder_kubelet::bootstrap::discover_ca(server, hash).await?;
+            let path =
+                rudder_kubelet::bootstrap::join(server, &ca, token, &node_name, &args.data_dir)
+                    .await?;
+            let credentials = rudder_kubelet::bootstrap::Credentials::read(&path)?;
+            tokio::spawn(rudder_kubelet::bootstrap::rotate(
+                path,
+                node_name.clone(),
+                shutdown.child_token(),
+            ));
+            (credentials.client().await?, ca)
+        }
+        _ => bail!("give --server and --token (and --ca-cert-hash) to join, or --kubeconfig"),
+    };
+    let (cert_pem, key_pem) = rudder_kubelet::bootstrap::serving_certificate(
+        &client,
+        &node_name,
+        &[node_ip],
+        std::slice::from_ref(&node_name),
+    )
+    .await
+    .context("a serving certificate for the kubelet API")?;
+    let mut config = rudder_kubelet::Config::new(&node_name, node_ip, args.data_dir.clone());
+    config.listen = Some(std::net::SocketAddr::new(
+        IpAddr::from([0, 0, 0, 0]),
+        args.kubelet_port,
+    ));
+    config.serving = Some(rudder_kubelet::Serving {
+        cert_pem,
+        key_pem,
+        client_ca_pem: ca_pem,
+    });
+    config.labels = labels(&args.node_labels)?;
+    config.max_pods = args.max_pods;
+    config.cluster_dns = args.cluster_dns.clone();
+    let runtime: Arc<dyn Runtime> = Arc::new(CriRuntime::new(&args.container_runtime_endpoint)?);
+    let recorder = rudder_runtime::events::recorder(client.clone(), "kubelet", &node_name);
+    rudder_kubelet::run(config, client, runtime, Some(recorder), shutdown).await
+}
+
+/// `count` hollow nodes named `<prefix>-<i>`, all through `client`.
+pub async fn run_hollow(
+    client: kube::Client,
+    prefix: String,
+    count: usize,
+    max_pods: u32,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let mut nodes = tokio::task::JoinSet::new();
+    for index in 0..count {
+        let name = format!("{prefix}-{index}");
+        // Each hollow node gets its own fake address and pod range.
+        let octets = [
+            10,
+            64 + u8::try_from(index / 65536 % 64).unwrap_or(0),
+            u8::try_from(index / 256 % 256).unwrap_or(0),
+            u8::try_from(index % 256).unwrap_or(0),
+        ];
+        let ip = IpAddr::from(octets);
+        let mut config = rudder_kubelet::Config::hollow(&name, ip);
+        config.max_pods = max_pods;
+        let runtime: Arc<dyn Runtime> = Arc::new(FakeRuntime::new(
+            &format!("10.{}.{}", 128 + index / 256 % 64, index % 256),
+            Duration::from_secs(1),
+        ));
+        let client = client.clone();
+        let shutdown = shutdown.child_token();
+        nodes.spawn(
+            async move { rudder_kubelet::run(config, client, runtime, None, shutdown).await },
+        );
+    }
+    tracing::info!(count, "hollow nodes started");
+    while let Some(done) = nodes.join_next().await {
+        done.context("a hollow node's task")??;
+    }
+    Ok(())
+}
