@@ -7,12 +7,11 @@ cd "$(dirname "$0")/.."
 
 rudder_install_packages protobuf-compiler
 cargo build --release --locked
-# The node agent runs pods on a containerd of Rudder's own (scripts/containerd.sh: the
-# settings this kind of machine needs, the pause and busybox images built locally).
-# RUDDER_NO_CONTAINERD=1 skips it (the server then runs no agent).
-agent_args=()
-if [ "${RUDDER_NO_CONTAINERD:-}" != 1 ]; then
-  socket=$(scripts/containerd.sh start "$PWD/rudder-data/containerd")
-  agent_args=(--container-runtime-endpoint "unix://$socket")
+# The node agent runs pods on a containerd that `rudder server` starts of its own (in
+# rudder-data/containerd: the settings these machines need, the pause and busybox images built
+# locally); these packages are what it needs. RUDDER_NO_AGENT=1 runs no agent.
+if [ "${RUDDER_NO_AGENT:-}" = 1 ]; then
+  exec "$CARGO_TARGET_DIR/release/rudder" server --disable-agent "$@"
 fi
-exec "$CARGO_TARGET_DIR/release/rudder" server "${agent_args[@]}" "$@"
+rudder_install_packages containerd runc containernetworking-plugins iptables busybox-static
+exec "$CARGO_TARGET_DIR/release/rudder" server "$@"

@@ -11,12 +11,19 @@ rudder_install_packages protobuf-compiler etcd-server etcd-client postgresql-cli
 rudder_install_python_packages kubernetes
 rudder_make_disk_room
 containerd_dir=/tmp/rudder-test-containerd
-trap 'rudder_stop_services; scripts/containerd.sh stop "$containerd_dir"' EXIT
+# rudder_stop_services exits: what else is stopped goes first.
+trap 'scripts/containerd.sh stop "$containerd_dir"; scripts/containerd.sh stop "$containerd_dir-2"; rudder_stop_services' EXIT
+# A run that was killed may have left them running.
+scripts/containerd.sh stop "$containerd_dir"
+scripts/containerd.sh stop "$containerd_dir-2"
 rudder_start_etcd
 rudder_start_postgres
 # The node agent's tests (tests/tests/kubelet.rs) run real pods on a containerd of their own.
 export RUDDER_TEST_CONTAINERD
 RUDDER_TEST_CONTAINERD=$(scripts/containerd.sh start "$containerd_dir" 10.244.77.0/24)
+# A second machine's containerd, for the agent that joins with a bootstrap token.
+export RUDDER_TEST_CONTAINERD_2
+RUDDER_TEST_CONTAINERD_2=$(scripts/containerd.sh start "$containerd_dir-2" 10.244.79.0/24)
 
 export RUDDER_TEST_ETCD_ENDPOINT="$RUDDER_ETCD_ENDPOINT"
 export RUDDER_TEST_POSTGRES_URL="$RUDDER_POSTGRES_URL"

@@ -16,6 +16,51 @@ use tokio_util::sync::CancellationToken;
 
 /// Where containerd's CRI socket usually is.
 pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
+/// The pod range of a managed containerd's bridge network (k3s' first node range).
+pub const DEFAULT_POD_CIDR: &str = "10.42.0.0/24";
+
+/// The container runtime an agent uses: `given`; else the system containerd when its socket
+/// exists; else a containerd of its own under `dir` when containerd is installed (returned so
+/// the caller stops it); else none.
+pub async fn container_runtime(
+    given: Option<&str>,
+    dir: &std::path::Path,
+    pod_cidr: &str,
+) -> Result<Option<(String, Option<rudder_kubelet::containerd::Managed>)>> {
+    if let Some(endpoint) = given {
+        return Ok(Some((endpoint.to_owned(), None)));
+    }
+    let system = DEFAULT_RUNTIME_ENDPOINT.trim_start_matches("unix://");
+    if std::path::Path::new(system).exists() {
+        return Ok(Some((DEFAULT_RUNTIME_ENDPOINT.to_owned(), None)));
+    }
+    let installed = |path: &str| std::path::Path::new(path).exists();
+    let containerd = ["/usr/bin/containerd", "/usr/local/bin/containerd"]
+        .into_iter()
+        .any(installed);
+    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+        .into_iter()
+        .find(|p| installed(p));
+    match (containerd, busybox, installed("/usr/lib/cni/bridge")) {
+        (true, Some(busybox), true) => {
+            let managed = rudder_kubelet::containerd::Managed::start(
+                dir,
+                pod_cidr,
+                std::path::Path::new(busybox),
+            )
+            .await
+            .context("starting a containerd of the agent's own")?;
+            Ok(Some((managed.endpoint(), Some(managed))))
+        }
+        _ => {
+            tracing::info!(
+                "no container runtime: give --container-runtime-endpoint, or install containerd, runc, \
+                 containernetworking-plugins and busybox-static for a containerd of Rudder's own"
+            );
+            Ok(None)
+        }
+    }
+}
 
 #[derive(clap::Args)]
 pub struct AgentArgs {
@@ -32,8 +77,13 @@ pub struct AgentArgs {
     /// Instead of joining: a kubeconfig with the node's credentials.
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
-    #[arg(long, default_value = DEFAULT_RUNTIME_ENDPOINT)]
-    container_runtime_endpoint: String,
+    /// containerd's CRI socket (`unix:///…`); by default the system's when it runs, else a
+    /// containerd of the agent's own under --data-dir.
+    #[arg(long)]
+    container_runtime_endpoint: Option<String>,
+    /// The pod address range of the agent's own containerd (its CNI bridge network).
+    #[arg(long, default_value = DEFAULT_POD_CIDR)]
+    pod_cidr: String,
     /// The Node's name (default: the host name).
     #[arg(long)]
     node_name: Option<String>,
@@ -52,6 +102,12 @@ pub struct AgentArgs {
     /// The cluster DNS server(s) pods resolve through.
     #[arg(long, value_delimiter = ',')]
     cluster_dns: Vec<String>,
+    /// The kubelet API's serving certificate (PEM); without it one is requested through a
+    /// `kubernetes.io/kubelet-serving` CSR.
+    #[arg(long, requires = "tls_private_key_file")]
+    tls_cert_file: Option<PathBuf>,
+    #[arg(long)]
+    tls_private_key_file: Option<PathBuf>,
     /// Run N hollow nodes (fake runtime, no containers) named <node-name>-0 … instead of one
     /// real node; they use the --kubeconfig credentials.
     #[arg(long)]
@@ -121,14 +177,20 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
         }
         _ => bail!("give --server and --token (and --ca-cert-hash) to join, or --kubeconfig"),
     };
-    let (cert_pem, key_pem) = rudder_kubelet::bootstrap::serving_certificate(
-        &client,
-        &node_name,
-        &[node_ip],
-        std::slice::from_ref(&node_name),
-    )
-    .await
-    .context("a serving certificate for the kubelet API")?;
+    let (cert_pem, key_pem) = match (&args.tls_cert_file, &args.tls_private_key_file) {
+        (Some(cert), Some(key)) => (
+            std::fs::read_to_string(cert).with_context(|| format!("reading {}", cert.display()))?,
+            std::fs::read_to_string(key).with_context(|| format!("reading {}", key.display()))?,
+        ),
+        _ => rudder_kubelet::bootstrap::serving_certificate(
+            &client,
+            &node_name,
+            &[node_ip],
+            std::slice::from_ref(&node_name),
+        )
+        .await
+        .context("a serving certificate for the kubelet API")?,
+    };
     let mut config = rudder_kubelet::Config::new(&node_name, node_ip, args.data_dir.clone());
     config.listen = Some(std::net::SocketAddr::new(
         IpAddr::from([0, 0, 0, 0]),
@@ -142,9 +204,22 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
     config.labels = labels(&args.node_labels)?;
     config.max_pods = args.max_pods;
     config.cluster_dns = args.cluster_dns.clone();
-    let runtime: Arc<dyn Runtime> = Arc::new(CriRuntime::new(&args.container_runtime_endpoint)?);
+    let Some((endpoint, managed)) = container_runtime(
+        args.container_runtime_endpoint.as_deref(),
+        &args.data_dir.join("containerd"),
+        &args.pod_cidr,
+    )
+    .await?
+    else {
+        bail!("no container runtime to run pods with");
+    };
+    let runtime: Arc<dyn Runtime> = Arc::new(CriRuntime::new(&endpoint)?);
     let recorder = rudder_runtime::events::recorder(client.clone(), "kubelet", &node_name);
-    rudder_kubelet::run(config, client, runtime, Some(recorder), shutdown).await
+    let ran = rudder_kubelet::run(config, client, runtime, Some(recorder), shutdown).await;
+    if let Some(managed) = managed {
+        managed.stop().await;
+    }
+    ran
 }
 
 /// `count` hollow nodes named `<prefix>-<i>`, all through `client`.

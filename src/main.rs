@@ -11,6 +11,7 @@ mod agent;
 mod bench;
 mod controller_manager;
 mod gateway;
+mod image;
 mod scheduler;
 mod serve;
 mod storage_check;
@@ -47,6 +48,11 @@ enum Command {
     /// Run a node agent (kubelet): join a cluster and run its pods through containerd, or
     /// `--hollow N` fake nodes for scale runs.
     Agent(Box<agent::AgentArgs>),
+    /// The node's container images (containerd's `k8s.io` namespace): import, ls.
+    Image {
+        #[command(subcommand)]
+        command: image::ImageCommand,
+    },
     /// Bootstrap tokens for joining nodes (`create`, `join-command`).
     Token {
         #[command(subcommand)]
@@ -88,6 +94,9 @@ enum BenchCommand {
     /// Scheduling throughput shaped like upstream's scheduler_perf (SchedulingBasic, pod
     /// anti-affinity, topology spreading, preemption) on an in-process apiserver per driver.
     Scheduler(bench::scheduler::SchedulerBenchArgs),
+    /// The node agent: pod start latency on real containerd (1, 10, 50 pods at once) beside
+    /// upstream's SLO, the agent's RSS and CPU, and hollow-node density per driver.
+    Kubelet(bench::kubelet::KubeletBenchArgs),
 }
 
 /// The process's one signal handler: a token cancelled on SIGINT (ctrl-c) or SIGTERM, handed to
@@ -142,6 +151,7 @@ fn main() -> ExitCode {
             }
             Command::Scheduler(args) => scheduler::run(args, shutdown_on_signal()).await,
             Command::Agent(args) => agent::run(*args, shutdown_on_signal()).await,
+            Command::Image { command } => image::run(command).await,
             Command::Kubeconfig(args) => serve::kubeconfig(args),
             Command::Token { command } => token::run(command).await,
             Command::Version => {
@@ -164,6 +174,9 @@ fn main() -> ExitCode {
             Command::Bench {
                 command: BenchCommand::Scheduler(args),
             } => bench::scheduler::run(args).await,
+            Command::Bench {
+                command: BenchCommand::Kubelet(args),
+            } => bench::kubelet::run(args).await,
         }
     });
     match result {

@@ -125,8 +125,13 @@ pub struct ServerArgs {
     #[arg(long)]
     disable_agent: bool,
     /// containerd's CRI socket, for this server's own node agent.
-    #[arg(long, default_value = crate::agent::DEFAULT_RUNTIME_ENDPOINT)]
-    container_runtime_endpoint: String,
+    /// By default the system's when it runs, else a containerd of Rudder's own under
+    /// `<data-dir>/containerd` (when containerd is installed).
+    #[arg(long)]
+    container_runtime_endpoint: Option<String>,
+    /// The pod address range of Rudder's own containerd (its CNI bridge network).
+    #[arg(long, default_value = crate::agent::DEFAULT_POD_CIDR)]
+    pod_cidr: String,
     /// This server's node name (default: the host name).
     #[arg(long)]
     node_name: Option<String>,
@@ -216,6 +221,7 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
     let agent_args = LocalAgent {
         data_dir: args.data_dir.clone(),
         container_runtime_endpoint: args.container_runtime_endpoint.clone(),
+        pod_cidr: args.pod_cidr.clone(),
         node_name: args.node_name.clone(),
         node_ip: args.node_ip,
         kubelet_port: args.kubelet_port,
@@ -363,27 +369,42 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
 /// What `rudder server` passes to its own node agent.
 struct LocalAgent {
     data_dir: PathBuf,
-    container_runtime_endpoint: String,
+    container_runtime_endpoint: Option<String>,
+    pod_cidr: String,
     node_name: Option<String>,
     node_ip: Option<std::net::IpAddr>,
     kubelet_port: u16,
     cluster_dns: Vec<String>,
 }
 
-/// This server's own node agent, when the container runtime's socket is there: a kubelet
-/// client certificate (`system:node:<name>`) and a serving certificate from the cluster CA.
+/// This server's own node agent, when there is a container runtime (given, the system's, or
+/// one of its own): a kubelet client certificate (`system:node:<name>`) and a serving
+/// certificate from the cluster CA.
 async fn local_agent(
     running: &rudder_apiserver::server::Running,
     args: &LocalAgent,
     data_dir: &Path,
     shutdown: CancellationToken,
 ) -> Result<Option<tokio::task::JoinHandle<Result<()>>>> {
-    let endpoint = args.container_runtime_endpoint.clone();
-    let socket = endpoint.strip_prefix("unix://").unwrap_or(&endpoint);
-    if !Path::new(socket).exists() {
-        tracing::info!(socket, "no container runtime socket: this server runs no node agent (see --container-runtime-endpoint)");
-        return Ok(None);
+    if let Some(given) = &args.container_runtime_endpoint {
+        let socket = given.strip_prefix("unix://").unwrap_or(given);
+        if !Path::new(socket).exists() {
+            tracing::warn!(
+                socket,
+                "the container runtime socket does not exist (yet); the agent waits for it"
+            );
+        }
     }
+    let Some((endpoint, managed)) = crate::agent::container_runtime(
+        args.container_runtime_endpoint.as_deref(),
+        &data_dir.join("containerd"),
+        &args.pod_cidr,
+    )
+    .await?
+    else {
+        tracing::info!("no container runtime: this server runs no node agent");
+        return Ok(None);
+    };
     let name = args
         .node_name
         .clone()
@@ -428,13 +449,13 @@ async fn local_agent(
         Arc::new(rudder_kubelet::runtime::cri::CriRuntime::new(&endpoint)?);
     let recorder = rudder_runtime::events::recorder(client.clone(), "kubelet", &name);
     tracing::info!(node = %name, %ip, runtime = %endpoint, "starting this server's node agent");
-    Ok(Some(tokio::spawn(rudder_kubelet::run(
-        config,
-        client,
-        runtime,
-        Some(recorder),
-        shutdown,
-    ))))
+    Ok(Some(tokio::spawn(async move {
+        let ran = rudder_kubelet::run(config, client, runtime, Some(recorder), shutdown).await;
+        if let Some(managed) = managed {
+            managed.stop().await;
+        }
+        ran
+    })))
 }
 
 /// The controller-manager for this server: a client of its own API as

@@ -7,6 +7,8 @@
 
 pub mod bootstrap;
 pub mod cgroups;
+pub mod containerd;
+pub mod images;
 pub mod node;
 pub mod pods;
 pub mod runtime;

@@ -302,6 +302,7 @@ pub async fn heartbeat(
     let nodes: Api<Node> = Api::all(client.clone());
     let leases: Api<Lease> = Api::namespaced(client, LEASE_NAMESPACE);
     let mut last: Option<(NodeStatus, tokio::time::Instant)> = None;
+    let mut lease: Option<Lease> = None;
     let mut lease_tick = tokio::time::interval(RENEW_EVERY);
     let mut status_tick = tokio::time::interval(CHECK_EVERY);
     lease_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -309,7 +310,7 @@ pub async fn heartbeat(
     loop {
         tokio::select! {
             _ = lease_tick.tick() => {
-                if let Err(error) = renew(&leases, &identity.name).await {
+                if let Err(error) = renew(&leases, &identity.name, &mut lease).await {
                     tracing::warn!(node = %identity.name, %error, "renewing the node's lease");
                 }
             }
@@ -333,7 +334,9 @@ pub async fn heartbeat(
     }
 }
 
-async fn renew(leases: &Api<Lease>, name: &str) -> kube::Result<()> {
+/// Renews the Lease with one write: the last version written is kept, so a renewal is a
+/// replace of it; a conflict or a missing Lease costs a read (or a create) once.
+async fn renew(leases: &Api<Lease>, name: &str, held: &mut Option<Lease>) -> kube::Result<()> {
     let now = MicroTime(jiff::Timestamp::now());
     let spec = LeaseSpec {
         holder_identity: Some(name.to_owned()),
@@ -341,10 +344,14 @@ async fn renew(leases: &Api<Lease>, name: &str) -> kube::Result<()> {
         renew_time: Some(now),
         ..Default::default()
     };
-    match leases.get_opt(name).await? {
+    let current = match held.take() {
+        Some(lease) => Some(lease),
+        None => leases.get_opt(name).await?,
+    };
+    let written = match current {
         Some(mut lease) => {
             lease.spec = Some(spec);
-            leases.replace(name, &PostParams::default(), &lease).await?;
+            leases.replace(name, &PostParams::default(), &lease).await?
         }
         None => {
             let lease = Lease {
@@ -355,8 +362,9 @@ async fn renew(leases: &Api<Lease>, name: &str) -> kube::Result<()> {
                 },
                 spec: Some(spec),
             };
-            leases.create(&PostParams::default(), &lease).await?;
+            leases.create(&PostParams::default(), &lease).await?
         }
-    }
+    };
+    *held = Some(written);
     Ok(())
 }

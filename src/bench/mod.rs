@@ -11,6 +11,7 @@ pub mod api;
 mod api_report;
 pub mod authz;
 mod charts;
+pub mod kubelet;
 mod report;
 pub mod scheduler;
 mod subjects;

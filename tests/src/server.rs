@@ -215,6 +215,25 @@ impl RudderServer {
     }
 }
 
+impl RudderServer {
+    /// Stops the server as a user would (SIGTERM), so it stops what it started (its own
+    /// containerd); SIGKILL if it has not stopped within 20 s. Returns whether it stopped
+    /// by itself.
+    pub fn terminate(&mut self) -> bool {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+}
+
 impl Drop for RudderServer {
     fn drop(&mut self) {
         let _ = self.child.kill();

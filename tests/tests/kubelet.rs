@@ -17,14 +17,19 @@ use rudder_tests::{Kubectl, RudderServer};
 const IMAGE: &str = "localhost/busybox:1.36";
 
 fn containerd_socket() -> Option<String> {
-    match std::env::var("RUDDER_TEST_CONTAINERD") {
+    socket_from("RUDDER_TEST_CONTAINERD")
+}
+
+/// The containerd socket `variable` names; under `CI=true` its absence fails the test.
+fn socket_from(variable: &str) -> Option<String> {
+    match std::env::var(variable) {
         Ok(socket) if !socket.is_empty() => Some(socket),
         _ => {
             assert!(
                 std::env::var("CI").as_deref() != Ok("true"),
-                "RUDDER_TEST_CONTAINERD is not set under CI=true: scripts/test.sh starts containerd"
+                "{variable} is not set under CI=true: scripts/test.sh starts containerd"
             );
-            eprintln!("SKIPPING: RUDDER_TEST_CONTAINERD is not set (scripts/test.sh sets it)");
+            eprintln!("SKIPPING: {variable} is not set (scripts/test.sh sets it)");
             None
         }
     }
@@ -102,6 +107,17 @@ async fn pods_run_on_containerd_and_kubectl_reaches_them() {
             == b"True"
     })
     .await;
+
+    // The node's images, as the CRI sees them.
+    let images = rudder_tests::run(
+        env!("CARGO_BIN_EXE_rudder"),
+        &["image", "ls", "--container-runtime-endpoint", &endpoint],
+    );
+    let listed = String::from_utf8_lossy(&images.stdout);
+    assert!(
+        listed.contains(IMAGE) && listed.contains("localhost/pause:3.9"),
+        "{listed}"
+    );
 
     // A web server: Running and Ready, its IP answers, its logs show the request.
     kubectl.ok(&[
@@ -229,6 +245,93 @@ async fn pods_run_on_containerd_and_kubectl_reaches_them() {
     assert!(line.contains("response:200"), "followed {line:?}");
     let _ = follow.kill();
     let _ = follow.wait();
+
+    // exec -it: a TTY, and what is typed reaches the shell (through a pseudo-terminal).
+    for version in ["1.27", "1.33"] {
+        let typed = typed_through_a_tty(&server, version, &["exec", "-it", "web", "--", "sh"]);
+        assert!(
+            typed.contains("typed-42"),
+            "kubectl {version} exec -it: {typed:?}"
+        );
+    }
+    // attach: the container's output as it comes.
+    let mut attach = server
+        .kubectl_command("1.33")
+        .args(["attach", "web"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let attached = attach.stderr.take().unwrap();
+    let seen = std::thread::spawn(move || {
+        let mut reader = BufReader::new(attached);
+        let mut line = String::new();
+        while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+            if line.contains("response:200") {
+                return true;
+            }
+            line.clear();
+        }
+        false
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    http_get(&format!("{ip}:8080"));
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = attach.kill();
+    let _ = attach.wait();
+    assert!(
+        seen.join().unwrap(),
+        "kubectl attach showed the container's output"
+    );
+
+    // A Deployment's rollout is gated by readiness: a version that never becomes Ready stalls
+    // with the old pods serving; a fixed one rolls out.
+    kubectl.ok(&[
+        "apply",
+        "-f",
+        &kubectl.file(
+            "deploy.yaml",
+            r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: site}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: site}}
+  template:
+    metadata: {labels: {app: site}}
+    spec:
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: web
+        image: localhost/busybox:1.36
+        command: [httpd, -f, -p, "8080", -h, /www]
+        readinessProbe: {tcpSocket: {port: 8080}, periodSeconds: 1}
+"#,
+        ),
+    ]);
+    kubectl.ok(&["rollout", "status", "deployment/site", "--timeout=90s"]);
+    kubectl.ok(&["patch", "deployment", "site", "--type=json", "-p",
+        r#"[{"op":"replace","path":"/spec/template/spec/containers/0/readinessProbe/tcpSocket/port","value":9999}]"#]);
+    std::thread::sleep(Duration::from_secs(8));
+    let stalled = kubectl.json(&["get", "deployment", "site"]);
+    assert_eq!(
+        stalled["status"]["availableReplicas"], 3,
+        "the old pods keep serving"
+    );
+    assert_eq!(
+        stalled["status"]["updatedReplicas"], 1,
+        "one surge pod, never Ready"
+    );
+    let failed = kubectl.run(&["rollout", "status", "deployment/site", "--timeout=3s"]);
+    assert!(
+        !failed.status.success(),
+        "the rollout does not finish while the new pods are unready"
+    );
+    kubectl.ok(&["patch", "deployment", "site", "--type=json", "-p",
+        r#"[{"op":"replace","path":"/spec/template/spec/containers/0/readinessProbe/tcpSocket/port","value":8080}]"#]);
+    kubectl.ok(&["rollout", "status", "deployment/site", "--timeout=120s"]);
+    kubectl.ok(&["delete", "deployment", "site"]);
 
     // A crashing container backs off; a liveness failure restarts; a Job completes.
     kubectl.ok(&[
@@ -382,6 +485,250 @@ spec:
         remaining <= 2,
         "containers left after deleting the pods: {remaining}"
     );
+}
+
+/// Runs kubectl in a pseudo-terminal, types into it, and returns what the terminal showed.
+fn typed_through_a_tty(server: &RudderServer, version: &str, args: &[&str]) -> String {
+    let command = server.kubectl_command(version);
+    let program = command.get_program().to_string_lossy().into_owned();
+    let envs: Vec<(String, String)> = command
+        .get_envs()
+        .filter_map(|(k, v)| {
+            Some((
+                k.to_string_lossy().into_owned(),
+                v?.to_string_lossy().into_owned(),
+            ))
+        })
+        .collect();
+    let script = r#"
+import os, pty, sys, time, select
+pid, fd = pty.fork()
+if pid == 0:
+    os.execvp(sys.argv[1], sys.argv[1:])
+out = b""
+def drain(seconds):
+    global out
+    end = time.time() + seconds
+    while time.time() < end:
+        ready, _, _ = select.select([fd], [], [], 0.1)
+        if ready:
+            try:
+                out += os.read(fd, 4096)
+            except OSError:
+                return
+drain(3)
+os.write(fd, b"echo typed-$((6*7))\r")
+drain(2)
+os.write(fd, b"exit\r")
+drain(2)
+sys.stdout.write(out.decode(errors="replace"))
+"#;
+    let output = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(program)
+        .args(args)
+        .envs(envs)
+        .output()
+        .unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// A second machine's agent, joined with a bootstrap token, runs pods of its own on its own
+/// containerd (`RUDDER_TEST_CONTAINERD_2`), and kubectl reaches them through its kubelet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_joined_with_a_bootstrap_token_runs_pods() {
+    let Some(socket) = socket_from("RUDDER_TEST_CONTAINERD_2") else {
+        return;
+    };
+    let (_store, url) = sqlite_url("joined");
+    let server =
+        RudderServer::start_with_args(env!("CARGO_BIN_EXE_rudder"), &url, &["--disable-agent"]);
+    let data_dir = server.data_dir();
+    let join = rudder_tests::run(
+        env!("CARGO_BIN_EXE_rudder"),
+        &[
+            "token",
+            "join-command",
+            "--data-dir",
+            data_dir.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        join.status.success(),
+        "{}",
+        String::from_utf8_lossy(&join.stderr)
+    );
+    let line = String::from_utf8(join.stdout).unwrap();
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(words[..2], ["rudder", "agent"], "{line}");
+    let agent_dir = tempfile::tempdir().unwrap();
+    let log = std::fs::File::create(agent_dir.path().join("agent.log")).unwrap();
+    let mut agent = Command::new(env!("CARGO_BIN_EXE_rudder"))
+        .args(&words[1..])
+        .args(["--node-name", "second", "--kubelet-port", "0"])
+        .arg("--container-runtime-endpoint")
+        .arg(format!("unix://{socket}"))
+        .arg("--data-dir")
+        .arg(agent_dir.path().join("data"))
+        .env("RUST_LOG", "info")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let kubectl = Kubectl {
+        server: &server,
+        version: "1.33",
+        namespace: "default".into(),
+    };
+    let agent_log =
+        || std::fs::read_to_string(agent_dir.path().join("agent.log")).unwrap_or_default();
+    rudder_tests::eventually("the joined node is Ready", Duration::from_secs(60), || {
+        let ready = kubectl
+            .run(&[
+                "get",
+                "node",
+                "second",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+            ])
+            .stdout
+            == b"True";
+        async move { ready }
+    })
+    .await;
+    let csrs = kubectl.ok(&["get", "csr"]);
+    assert!(
+        csrs.contains("kubernetes.io/kube-apiserver-client-kubelet")
+            && csrs.contains("Approved,Issued"),
+        "{csrs}"
+    );
+    kubectl.ok(&[
+        "run",
+        "there",
+        &format!("--image={IMAGE}"),
+        "--overrides",
+        r#"{"spec":{"nodeSelector":{"kubernetes.io/hostname":"second"}}}"#,
+        "--",
+        "sh",
+        "-c",
+        "echo on the second node; sleep 600",
+    ]);
+    until("the pod runs on the joined node", 60, || {
+        kubectl.jsonpath("pod", "there", "{.status.phase}") == "Running"
+    })
+    .await;
+    assert_eq!(
+        kubectl.jsonpath("pod", "there", "{.spec.nodeName}"),
+        "second"
+    );
+    until("its log comes through the joined kubelet", 10, || {
+        kubectl.run(&["logs", "there"]).stdout == b"on the second node\n"
+    })
+    .await;
+    assert_eq!(kubectl.ok(&["exec", "there", "--", "echo", "hi"]), "hi\n");
+    kubectl.ok(&["delete", "pod", "there", "--timeout=60s"]);
+    let _ = agent.kill();
+    let _ = agent.wait();
+    assert!(!agent_log().contains("panicked"), "{}", agent_log());
+}
+
+/// `rudder server` without a runtime endpoint starts a containerd of its own (as
+/// scripts/run.sh relies on), runs a pod on it, and stops it when the server stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_runs_a_containerd_of_its_own() {
+    // Only where the packages are (scripts/test.sh installs them; the other tests' containerd
+    // says they are).
+    let Some(_) = containerd_socket() else {
+        return;
+    };
+    let (_store, url) = sqlite_url("managed");
+    let server = RudderServer::start_with_args(
+        env!("CARGO_BIN_EXE_rudder"),
+        &url,
+        &[
+            "--kubelet-port",
+            "0",
+            "--node-name",
+            "managed",
+            "--pod-cidr",
+            "10.244.81.0/24",
+        ],
+    );
+    let kubectl = Kubectl {
+        server: &server,
+        version: "1.33",
+        namespace: "default".into(),
+    };
+    until("the node is Ready", 60, || {
+        kubectl
+            .run(&[
+                "get",
+                "node",
+                "managed",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+            ])
+            .stdout
+            == b"True"
+    })
+    .await;
+    kubectl.ok(&[
+        "run",
+        "own",
+        &format!("--image={IMAGE}"),
+        "--",
+        "sh",
+        "-c",
+        "echo from our own containerd; sleep 600",
+    ]);
+    until("own runs", 60, || {
+        kubectl.jsonpath("pod", "own", "{.status.phase}") == "Running"
+    })
+    .await;
+    assert!(kubectl
+        .jsonpath("pod", "own", "{.status.podIP}")
+        .starts_with("10.244.81."));
+    until("its log", 10, || {
+        kubectl.run(&["logs", "own"]).stdout == b"from our own containerd\n"
+    })
+    .await;
+    kubectl.ok(&["delete", "pod", "own", "--timeout=60s"]);
+    let pid_of_containerd = || {
+        Command::new("pgrep")
+            .args([
+                "-f",
+                &format!(
+                    "containerd --config {}",
+                    server.data_dir().join("containerd").display()
+                ),
+            ])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .unwrap_or_default()
+    };
+    assert!(
+        !pid_of_containerd().is_empty(),
+        "the server's containerd runs"
+    );
+    let data_dir = server.data_dir();
+    let mut server = server;
+    assert!(server.terminate(), "the server stops on SIGTERM");
+    let still = Command::new("pgrep")
+        .args([
+            "-f",
+            &format!(
+                "containerd --config {}",
+                data_dir.join("containerd").display()
+            ),
+        ])
+        .output()
+        .unwrap();
+    assert!(still.stdout.is_empty(), "the server stopped its containerd");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

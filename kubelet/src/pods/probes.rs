@@ -177,17 +177,45 @@ pub async fn run(
         let Ok(port) = u16::try_from(grpc.port) else {
             return (false, format!("invalid port {}", grpc.port));
         };
-        // A gRPC health check needs the health service's client; until it is wired in, a
-        // grpc probe succeeds when the port accepts connections.
-        return match tokio::time::timeout(timeout, tokio::net::TcpStream::connect((pod_ip, port)))
-            .await
-        {
-            Ok(Ok(_)) => (true, String::new()),
-            Ok(Err(error)) => (false, format!("dial tcp {pod_ip}:{port}: {error}")),
-            Err(_) => (false, "timeout: health rpc did not complete".into()),
+        let service = grpc.service.clone().unwrap_or_default();
+        return match tokio::time::timeout(timeout, grpc_health(pod_ip, port, service)).await {
+            Ok(Ok(())) => (true, String::new()),
+            Ok(Err(message)) => (false, message),
+            Err(_) => (
+                false,
+                format!("timeout: health rpc did not complete within {timeout:?}"),
+            ),
         };
     }
     (true, String::new())
+}
+
+/// The standard gRPC health check (`grpc.health.v1.Health/Check`), as upstream's grpc probe.
+async fn grpc_health(host: &str, port: u16, service: String) -> Result<(), String> {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{host}:{port}"))
+        .map_err(|e| e.to_string())?;
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|e| format!("failed to connect service \"{host}:{port}\" within 1s: {e}"))?;
+    let answer = HealthClient::new(channel)
+        .check(HealthCheckRequest { service })
+        .await
+        .map_err(|status| format!("health rpc failed: {}", status.message()))?;
+    let status = answer.into_inner().status;
+    if status == ServingStatus::Serving as i32 {
+        Ok(())
+    } else {
+        Err(format!(
+            "service unhealthy (responded with \"{}\")",
+            ServingStatus::try_from(status)
+                .map(|s| s.as_str_name())
+                .unwrap_or("UNKNOWN")
+        ))
+    }
 }
 
 async fn http_get(
@@ -287,5 +315,42 @@ mod tests {
         let (ok, output) = run(&http, &runtime, &container, "c", "127.0.0.1").await;
         assert!(!ok);
         assert_eq!(output, "HTTP probe failed with statuscode: 503");
+    }
+
+    #[tokio::test]
+    async fn grpc_probes_ask_the_health_service() {
+        let (reporter, service) = tonic_health::server::health_reporter();
+        reporter
+            .set_service_status("", tonic_health::ServingStatus::Serving)
+            .await;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let runtime = crate::runtime::fake::FakeRuntime::new("10.0.0", Duration::ZERO);
+        let probe = Probe {
+            grpc: Some(k8s_openapi::api::core::v1::GRPCAction {
+                port: i32::from(port),
+                service: None,
+            }),
+            timeout_seconds: Some(2),
+            ..Default::default()
+        };
+        let container = Container::default();
+        assert_eq!(
+            run(&probe, &runtime, &container, "c", "127.0.0.1").await,
+            (true, String::new())
+        );
+        reporter
+            .set_service_status("", tonic_health::ServingStatus::NotServing)
+            .await;
+        let (ok, output) = run(&probe, &runtime, &container, "c", "127.0.0.1").await;
+        assert!(!ok);
+        assert!(output.contains("NOT_SERVING"), "{output}");
     }
 }

@@ -45,6 +45,8 @@ struct State {
     next_id: u64,
     sandboxes: BTreeMap<String, Sandbox>,
     containers: BTreeMap<String, Container>,
+    /// Container ids by sandbox id, so that one pod's calls cost nothing like the whole node's.
+    by_sandbox: BTreeMap<String, Vec<String>>,
     images: BTreeMap<String, String>,
 }
 
@@ -97,11 +99,19 @@ impl FakeRuntime {
             .filter(|(_, s)| label(&s.config.labels, labels::POD_UID) == pod_uid)
             .map(|(id, _)| id.clone())
             .collect();
-        let Some(container) = state.containers.values_mut().find(|c| {
-            sandboxes.contains(&c.sandbox_id)
-                && c.state == api::ContainerState::ContainerRunning
-                && c.config.metadata.as_ref().is_some_and(|m| m.name == name)
+        let ids: Vec<String> = sandboxes
+            .iter()
+            .flat_map(|s| state.by_sandbox.get(s).cloned().unwrap_or_default())
+            .collect();
+        let Some(container) = ids.iter().find_map(|id| {
+            let c = state.containers.get(id)?;
+            let matches = c.state == api::ContainerState::ContainerRunning
+                && c.config.metadata.as_ref().is_some_and(|m| m.name == name);
+            matches.then_some(id.clone())
         }) else {
+            return false;
+        };
+        let Some(container) = state.containers.get_mut(&container) else {
             return false;
         };
         finish(
@@ -118,19 +128,16 @@ impl FakeRuntime {
         (state.sandboxes.len(), state.containers.len())
     }
 
-    /// Lets run-to-completion containers that have run long enough finish.
-    fn advance(&self, state: &mut State) {
-        let now = now_nanos();
+    /// Lets a run-to-completion container that has run long enough finish.
+    fn advance(&self, container: &mut Container) {
         let after = i64::try_from(self.completion_after.as_nanos()).unwrap_or(i64::MAX);
-        for container in state.containers.values_mut() {
-            let runs_to_completion =
-                label(&container.config.labels, labels::RESTART_POLICY) != "Always";
-            if container.state == api::ContainerState::ContainerRunning
-                && runs_to_completion
-                && now.saturating_sub(container.started_at) >= after
-            {
-                finish(container, 0, "Completed");
-            }
+        let runs_to_completion =
+            label(&container.config.labels, labels::RESTART_POLICY) != "Always";
+        if container.state == api::ContainerState::ContainerRunning
+            && runs_to_completion
+            && now_nanos().saturating_sub(container.started_at) >= after
+        {
+            finish(container, 0, "Completed");
         }
     }
 
@@ -237,10 +244,12 @@ impl Runtime for FakeRuntime {
         if let Some(sandbox) = state.sandboxes.get_mut(id) {
             sandbox.ready = false;
         }
-        for container in state.containers.values_mut() {
-            if container.sandbox_id == id && container.state != api::ContainerState::ContainerExited
-            {
-                finish(container, 137, "Error");
+        let ids = state.by_sandbox.get(id).cloned().unwrap_or_default();
+        for id in &ids {
+            if let Some(container) = state.containers.get_mut(id) {
+                if container.state != api::ContainerState::ContainerExited {
+                    finish(container, 137, "Error");
+                }
             }
         }
         Ok(())
@@ -249,7 +258,9 @@ impl Runtime for FakeRuntime {
     async fn remove_pod_sandbox(&self, id: &str) -> Result<()> {
         let mut state = self.lock();
         state.sandboxes.remove(id);
-        state.containers.retain(|_, c| c.sandbox_id != id);
+        for container in state.by_sandbox.remove(id).unwrap_or_default() {
+            state.containers.remove(&container);
+        }
         Ok(())
     }
 
@@ -317,6 +328,11 @@ impl Runtime for FakeRuntime {
             return Err(not_found(&format!("sandbox {sandbox_id}")));
         }
         let id = Self::id(&mut state, "container");
+        state
+            .by_sandbox
+            .entry(sandbox_id.to_owned())
+            .or_default()
+            .push(id.clone());
         state.containers.insert(
             id.clone(),
             Container {
@@ -356,17 +372,29 @@ impl Runtime for FakeRuntime {
     }
 
     async fn remove_container(&self, id: &str) -> Result<()> {
-        self.lock().containers.remove(id);
+        let mut state = self.lock();
+        if let Some(container) = state.containers.remove(id) {
+            if let Some(ids) = state.by_sandbox.get_mut(&container.sandbox_id) {
+                ids.retain(|c| c != id);
+            }
+        }
         Ok(())
     }
 
     async fn list_containers(&self, sandbox_id: Option<&str>) -> Result<Vec<api::Container>> {
         let mut state = self.lock();
-        self.advance(&mut state);
-        Ok(state
-            .containers
+        let ids: Vec<String> = match sandbox_id {
+            Some(sandbox) => state.by_sandbox.get(sandbox).cloned().unwrap_or_default(),
+            None => state.containers.keys().cloned().collect(),
+        };
+        for id in &ids {
+            if let Some(container) = state.containers.get_mut(id) {
+                self.advance(container);
+            }
+        }
+        Ok(ids
             .iter()
-            .filter(|(_, c)| sandbox_id.is_none_or(|id| c.sandbox_id == id))
+            .filter_map(|id| state.containers.get(id).map(|c| (id, c)))
             .map(|(id, c)| api::Container {
                 id: id.clone(),
                 pod_sandbox_id: c.sandbox_id.clone(),
@@ -384,11 +412,12 @@ impl Runtime for FakeRuntime {
 
     async fn container_status(&self, id: &str) -> Result<api::ContainerStatus> {
         let mut state = self.lock();
-        self.advance(&mut state);
         let c = state
             .containers
-            .get(id)
+            .get_mut(id)
             .ok_or_else(|| not_found(&format!("container {id}")))?;
+        self.advance(c);
+        let c = &*c;
         Ok(api::ContainerStatus {
             id: id.to_owned(),
             metadata: c.config.metadata.clone(),

@@ -1,0 +1,240 @@
+//! A containerd of the agent's own, as k3s runs one: configured the way these machines need
+//! (`restrict_oom_score_adj` — no CAP_SYS_RESOURCE here —, the cgroupfs driver, network
+//! namespaces under its state dir, its own runc root), a bridge + host-local CNI network for the
+//! node's pod range, and the pause image built locally and imported (no registry is reachable).
+//! Stopping it leaves the pods' shims running, so pods survive an agent restart.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::images;
+
+/// The sandbox image the managed containerd is configured with.
+pub const PAUSE_IMAGE: &str = "localhost/pause:3.9";
+/// A general-purpose image imported beside it (busybox with `sh` as its command).
+pub const BUSYBOX_IMAGE: &str = "localhost/busybox:1.36";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("containerd did not answer on {socket} within 10 s; its log is {log}")]
+    NotStarted { socket: String, log: String },
+    #[error("importing {image}: {message}")]
+    Import { image: String, message: String },
+    #[error(transparent)]
+    Image(#[from] images::Error),
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Io { what, source }
+}
+
+/// A running managed containerd.
+pub struct Managed {
+    pub socket: PathBuf,
+    child: tokio::process::Child,
+    /// The CNI bridge it made.
+    bridge: String,
+}
+
+fn config(dir: &Path) -> String {
+    let d = dir.display();
+    format!(
+        r#"version = 2
+root = "{d}/root"
+state = "{d}/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
+                    "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs"]
+[grpc]
+  address = "{d}/containerd.sock"
+[ttrpc]
+  address = "{d}/containerd.sock.ttrpc"
+[plugins]
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "{d}/opt"
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "{PAUSE_IMAGE}"
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+    enable_selinux = false
+    disable_apparmor = true
+    restrict_oom_score_adj = true
+    netns_mounts_under_state_dir = true
+    max_container_log_line_size = 16384
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = "/usr/lib/cni"
+      conf_dir = "{d}/cni/net.d"
+      max_conf_num = 1
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      snapshotter = "overlayfs"
+      default_runtime_name = "runc"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+          SystemdCgroup = false
+          Root = "{d}/state/runc"
+"#
+    )
+}
+
+/// The CNI network: a bridge named after the directory, host-local addresses from `subnet`
+/// (`10.244.77.0/24`), and portmap for hostPorts.
+/// The bridge's name: `rdr` and a hash of the directory (interface names stay short).
+fn bridge_name(dir: &Path) -> String {
+    let hash = format!("{:x}", sha2::Sha256::digest(dir.display().to_string()));
+    format!("rdr{}", &hash[..8])
+}
+
+fn conflist(dir: &Path, subnet: &str) -> String {
+    let bridge = bridge_name(dir);
+    let gateway = subnet
+        .rsplit_once('.')
+        .map(|(prefix, _)| format!("{prefix}.1"))
+        .unwrap_or_default();
+    serde_json::json!({
+        "cniVersion": "1.0.0",
+        "name": "rudder",
+        "plugins": [
+            {"type": "bridge", "bridge": bridge, "isGateway": true, "ipMasq": false, "hairpinMode": true,
+             "ipam": {"type": "host-local", "dataDir": format!("{}/cni/ipam", dir.display()),
+                      "ranges": [[{"subnet": subnet, "gateway": gateway}]],
+                      "routes": [{"dst": "0.0.0.0/0"}]}},
+            {"type": "portmap", "capabilities": {"portMappings": true}},
+        ],
+    })
+    .to_string()
+}
+
+use sha2::Digest as _;
+
+impl Managed {
+    /// Writes the configuration under `dir`, starts containerd, and imports the pause and
+    /// busybox images built from `busybox` (a static busybox binary).
+    pub async fn start(dir: &Path, subnet: &str, busybox: &Path) -> Result<Self, Error> {
+        for sub in ["root", "state", "opt", "logs", "cni/net.d", "cni/ipam"] {
+            let path = dir.join(sub);
+            std::fs::create_dir_all(&path).map_err(io(format!("creating {}", path.display())))?;
+        }
+        let dir = dir
+            .canonicalize()
+            .map_err(io(format!("resolving {}", dir.display())))?;
+        std::fs::write(dir.join("containerd.toml"), config(&dir))
+            .map_err(io("writing containerd.toml"))?;
+        std::fs::write(
+            dir.join("cni/net.d/10-rudder.conflist"),
+            conflist(&dir, subnet),
+        )
+        .map_err(io("writing the CNI configuration"))?;
+        let socket = dir.join("containerd.sock");
+        let _ = std::fs::remove_file(&socket);
+        let log_path = dir.join("logs/containerd.log");
+        let log = std::fs::File::create(&log_path).map_err(io("creating containerd's log"))?;
+        let child = tokio::process::Command::new("containerd")
+            .arg("--config")
+            .arg(dir.join("containerd.toml"))
+            .stdout(log.try_clone().map_err(io("containerd's log"))?)
+            .stderr(log)
+            .spawn()
+            .map_err(io("starting containerd (package containerd)"))?;
+        let managed = Self {
+            socket,
+            child,
+            bridge: bridge_name(&dir),
+        };
+        for _ in 0..100 {
+            if managed.socket.exists() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if !managed.socket.exists() {
+            return Err(Error::NotStarted {
+                socket: managed.socket.display().to_string(),
+                log: log_path.display().to_string(),
+            });
+        }
+        managed
+            .import(
+                PAUSE_IMAGE,
+                images::busybox_image(
+                    busybox,
+                    PAUSE_IMAGE,
+                    Some(&["/bin/sleep", "2147483647"]),
+                    None,
+                )?,
+            )
+            .await?;
+        managed
+            .import(
+                BUSYBOX_IMAGE,
+                images::busybox_image(busybox, BUSYBOX_IMAGE, None, Some(&["sh"]))?,
+            )
+            .await?;
+        tracing::info!(socket = %managed.socket.display(), "containerd started");
+        Ok(managed)
+    }
+
+    /// `unix://…` of the socket.
+    pub fn endpoint(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    /// Imports an image tar into the `k8s.io` namespace with containerd's `ctr`.
+    pub async fn import(&self, image: &str, tar: Vec<u8>) -> Result<(), Error> {
+        use tokio::io::AsyncWriteExt;
+        let mut child = tokio::process::Command::new("ctr")
+            .arg("--address")
+            .arg(&self.socket)
+            .args(["-n", "k8s.io", "images", "import", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(io("running ctr"))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin
+                .write_all(&tar)
+                .await
+                .map_err(io("writing the image to ctr"))?;
+        }
+        let output = child.wait_with_output().await.map_err(io("running ctr"))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(Error::Import {
+                image: image.to_owned(),
+                message: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+            })
+        }
+    }
+
+    /// Stops containerd; the pods' shims keep running. When no pod is left, the CNI bridge
+    /// goes too (another instance may want its address range).
+    pub async fn stop(mut self) {
+        use crate::runtime::Runtime as _;
+        let empty = match crate::runtime::cri::CriRuntime::new(&self.endpoint()) {
+            Ok(runtime) => runtime
+                .list_pod_sandboxes()
+                .await
+                .is_ok_and(|s| s.is_empty()),
+            Err(_) => false,
+        };
+        if let Some(pid) = self.child.id() {
+            let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(0));
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
+        let _ = self.child.kill().await;
+        if empty {
+            let _ = tokio::process::Command::new("ip")
+                .args(["link", "del", &self.bridge])
+                .status()
+                .await;
+        }
+    }
+}
