@@ -66,7 +66,7 @@ pub struct KubeletBenchArgs {
     #[arg(long, default_value_t = 30_000)]
     pods: usize,
     /// Concurrent clients creating pods.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 16)]
     clients: usize,
     #[arg(
         long,

@@ -106,6 +106,13 @@ impl Filter {
         self.labels.is_empty() && self.fields.is_empty()
     }
 
+    /// As [`Filter::matches`], with the object's selectable fields worked out once for all
+    /// the watches that look at it.
+    pub fn matches_decoded(&self, object: &super::decoded::Object) -> bool {
+        self.labels.matches_object(&object.value)
+            && (self.fields.is_empty() || self.fields.matches(object.fields(self.field_set)))
+    }
+
     pub fn matches(&self, object: &Value) -> bool {
         if !self.labels.matches_object(object) {
             return false;

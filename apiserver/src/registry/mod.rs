@@ -13,6 +13,7 @@
 
 mod allocator;
 pub mod cluster_info;
+mod decoded;
 mod keys;
 mod list;
 mod namespaces;
@@ -96,6 +97,8 @@ pub struct Registry {
     /// Where the tasks a request leaves running (watches) are tracked, and what ends them.
     tasks: TaskTracker,
     shutdown: CancellationToken,
+    /// Storage events decoded once for all watches.
+    decoded: Arc<decoded::Decoded>,
 }
 
 impl Registry {
@@ -106,6 +109,7 @@ impl Registry {
             allocators: Arc::new(allocators),
             tasks: TaskTracker::new(),
             shutdown: CancellationToken::new(),
+            decoded: Arc::default(),
         }
     }
 

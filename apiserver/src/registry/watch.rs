@@ -16,6 +16,7 @@ use rudder_storage::{EventKind, KeyRange, WatchRequest};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
+use super::decoded::{Decoded, Object};
 use super::list::{list_prefix, Filter};
 use super::object;
 use super::Registry;
@@ -293,7 +294,7 @@ impl Registry {
                             for event in batch.events {
                                 last_revision = last_revision.max(event.kv.mod_revision);
                                 let cost = event.kv.value.len();
-                                if let Some(out) = translate(&filter, event) {
+                                if let Some(out) = translate(&filter, &registry.decoded, event) {
                                     outbox.send(out, cost).await?;
                                 }
                             }
@@ -316,40 +317,44 @@ impl Registry {
 }
 
 /// A storage event as this client sees it (None when neither state matches its selectors).
-fn translate(filter: &Filter, event: rudder_storage::Event) -> Option<WatchEvent> {
+/// Objects are decoded once for all watches ([`Decoded`]) and copied only when they match.
+fn translate(
+    filter: &Filter,
+    decoded: &Decoded,
+    event: rudder_storage::Event,
+) -> Option<WatchEvent> {
     let revision = event.kv.mod_revision;
-    let decode = |bytes: &[u8]| {
-        object::from_stored(bytes, revision)
-            .ok()
-            .map(|object| filter.strategy.stored_to_api(object))
+    // The kind's rules, by address: one API's view of a stored object is not another's.
+    let view = filter.strategy as *const dyn crate::kinds::Strategy as *const () as usize;
+    let decode = |kv: &rudder_storage::KeyValue| {
+        decoded.get_or_decode(view, &kv.key, kv.mod_revision, revision, || {
+            object::from_stored(&kv.value, revision)
+                .ok()
+                .map(|object| filter.strategy.stored_to_api(object))
+        })
     };
-    let old = event.prev_kv.as_ref().and_then(|kv| decode(&kv.value));
+    let old = event.prev_kv.as_ref().and_then(decode);
     match event.kind {
         EventKind::Delete => {
             let old = old?;
-            filter.matches(&old).then_some(WatchEvent {
+            filter.matches_decoded(&old).then(|| WatchEvent {
                 kind: WatchEventKind::Deleted,
-                object: old,
+                object: Object::into_value(old),
             })
         }
         EventKind::Put => {
-            let new = decode(&event.kv.value)?;
-            let new_matches = filter.matches(&new);
-            match old.map(|old| filter.matches(&old)) {
-                None | Some(false) if new_matches => Some(WatchEvent {
-                    kind: WatchEventKind::Added,
-                    object: new,
-                }),
-                Some(true) if new_matches => Some(WatchEvent {
-                    kind: WatchEventKind::Modified,
-                    object: new,
-                }),
-                Some(true) => Some(WatchEvent {
-                    kind: WatchEventKind::Deleted,
-                    object: new,
-                }),
-                _ => None,
-            }
+            let new = decode(&event.kv)?;
+            let new_matches = filter.matches_decoded(&new);
+            let kind = match old.map(|old| filter.matches_decoded(&old)) {
+                None | Some(false) if new_matches => WatchEventKind::Added,
+                Some(true) if new_matches => WatchEventKind::Modified,
+                Some(true) => WatchEventKind::Deleted,
+                _ => return None,
+            };
+            Some(WatchEvent {
+                kind,
+                object: Object::into_value(new),
+            })
         }
     }
 }
