@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 rudder_install_packages protobuf-compiler etcd-server etcd-client postgresql-client
 dir=/tmp/rudder-bench-containerd
-# rudder_stop_services exits: containerd is stopped first.
-trap 'scripts/containerd.sh stop "$dir"; rudder_stop_services' EXIT
+# rudder_stop_services exits with the status it finds: containerd is stopped first, and the
+# bench's status is handed on.
+trap 'rc=$?; scripts/containerd.sh stop "$dir"; (exit $rc); rudder_stop_services' EXIT
 rudder_start_etcd
 rudder_start_postgres
 socket=$(scripts/containerd.sh start "$dir" 10.244.78.0/24)

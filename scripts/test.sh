@@ -11,8 +11,9 @@ rudder_install_packages protobuf-compiler etcd-server etcd-client postgresql-cli
 rudder_install_python_packages kubernetes
 rudder_make_disk_room
 containerd_dir=/tmp/rudder-test-containerd
-# rudder_stop_services exits: what else is stopped goes first.
-trap 'scripts/containerd.sh stop "$containerd_dir"; scripts/containerd.sh stop "$containerd_dir-2"; rudder_stop_services' EXIT
+# rudder_stop_services exits with the status it finds: what else is stopped goes first, and
+# the tests' status is handed on to it.
+trap 'rc=$?; scripts/containerd.sh stop "$containerd_dir"; scripts/containerd.sh stop "$containerd_dir-2"; (exit $rc); rudder_stop_services' EXIT
 # A run that was killed may have left them running.
 scripts/containerd.sh stop "$containerd_dir"
 scripts/containerd.sh stop "$containerd_dir-2"

@@ -47,7 +47,24 @@ impl RudderServer {
         Self::start_command(command, storage_url, &[])
     }
 
+    /// Servers run no node agent unless the test asks for one (a runtime endpoint, a pod range
+    /// for the server's own containerd) or says so itself: on a machine with containerd every
+    /// server would otherwise start a containerd of its own and run the tests' pods for real.
     fn start_command(mut command: Command, storage_url: &str, args: &[&str]) -> RudderServer {
+        let wants_agent = args.iter().any(|arg| {
+            [
+                "--disable-agent",
+                "--container-runtime-endpoint",
+                "--pod-cidr",
+            ]
+            .iter()
+            .any(|flag| arg.starts_with(flag))
+        });
+        let no_agent: &[&str] = if wants_agent {
+            &[]
+        } else {
+            &["--disable-agent"]
+        };
         let dir = tempfile::tempdir().expect("temporary data dir");
         let log = std::fs::File::create(dir.path().join("server.log")).expect("server log file");
         let child = command
@@ -56,6 +73,7 @@ impl RudderServer {
             .arg(dir.path().join("data"))
             .args(["--listen", "127.0.0.1:0", "--storage", storage_url])
             .args(args)
+            .args(no_agent)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("server log file"))
