@@ -468,10 +468,22 @@ async fn density(args: &KubeletBenchArgs, subject: &str) -> Result<Vec<String>> 
             "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
                 "resources": {"requests": {"cpu": "10m", "memory": "10Mi"}}}]},
         }))?;
-        pods.create(&PostParams::default(), &pod)
-            .await
-            .map_err(concise)?;
-        Ok(())
+        // An overloaded store answers 5xx or 429 for a while (and a create that timed out may
+        // have happened after all): retry as a patient client would.
+        let mut attempt = 0;
+        loop {
+            match pods.create(&PostParams::default(), &pod).await {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(status)) if status.code == 409 => return Ok(()),
+                Err(kube::Error::Api(status))
+                    if (status.code >= 500 || status.code == 429) && attempt < 10 =>
+                {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
+                }
+                Err(error) => return Err(concise(error)),
+            }
+        }
     })
     .await?;
     let created = started.elapsed();
