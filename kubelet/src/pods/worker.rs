@@ -459,7 +459,7 @@ impl Worker {
                     return (false, false);
                 }
                 None => {
-                    self.start(pod, container, 0, records).await;
+                    self.start(pod, container, 0).await;
                     return (false, false);
                 }
             }
@@ -476,7 +476,7 @@ impl Worker {
     ) {
         let latest = records.get(&container.name).and_then(|r| r.first());
         match latest {
-            None => self.start(pod, container, 0, records).await,
+            None => self.start(pod, container, 0).await,
             Some(record) if is_running(record) => {
                 let failed = |kind| {
                     self.probes
@@ -537,9 +537,7 @@ impl Worker {
             now_nanos(),
         ) {
             Ok(()) => {
-                let records = Records::new();
-                self.start(pod, container, attempt_of(record) + 1, &records)
-                    .await;
+                self.start(pod, container, attempt_of(record) + 1).await;
                 // Keep the container that just exited (for `logs --previous`), drop older ones.
                 if let Some(sandbox) = &self.sandbox {
                     if let Ok(list) = self.ctx.runtime.list_containers(Some(&sandbox.id)).await {
@@ -667,7 +665,7 @@ impl Worker {
     }
 
     /// Creates and starts the `attempt`-th instance of `container`.
-    async fn start(&mut self, pod: &Pod, container: &Container, attempt: u32, _records: &Records) {
+    async fn start(&mut self, pod: &Pod, container: &Container, attempt: u32) {
         let Some(sandbox) = &self.sandbox else {
             return;
         };
