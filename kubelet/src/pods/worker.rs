@@ -838,12 +838,21 @@ impl Worker {
                     continue;
                 }
                 let key = (container.name.clone(), kind);
+                // A container this worker did not start (adopted after an agent restart) is
+                // probed from now on, as a fresh one would be.
+                let known = self
+                    .probes
+                    .get(&key)
+                    .is_some_and(|state| state.container_id == record.id);
+                if !known {
+                    self.probes.insert(
+                        key.clone(),
+                        ProbeState::new(&record.id, probe, Instant::now()),
+                    );
+                }
                 let Some(state) = self.probes.get(&key) else {
                     continue;
                 };
-                if state.container_id != record.id {
-                    continue;
-                }
                 if kind == Kind::Startup && state.verdict == Some(true) {
                     continue;
                 }
