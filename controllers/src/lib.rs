@@ -9,6 +9,7 @@
 //! It depends on the Kubernetes API only (kube-rs and k8s-openapi types) and on
 //! `rudder-facts`; nothing of the apiserver or the storage.
 
+pub mod clusterdns;
 pub mod clusterrole_aggregation;
 pub mod cronjob;
 pub mod csrapproving;
@@ -208,6 +209,7 @@ async fn run_controllers(config: Config, metrics: Arc<QueueMetrics>, shutdown: C
             ),
             "endpoints" => endpoints::controller(&informers, client, false, queue, 5, token),
             "endpointslice" => endpoints::controller(&informers, client, true, queue, 5, token),
+            clusterdns::NAME => clusterdns::controller(&informers, client, queue, token),
             "job" => job::controller(
                 &informers,
                 client,

@@ -18,6 +18,7 @@ pub const ALL: &[&str] = &[
     "daemonset",
     "endpoints",
     "endpointslice",
+    "cluster-dns-endpoints",
     "job",
     "cronjob",
     "ttl-after-finished",

@@ -232,3 +232,15 @@ mod tests {
         assert!(tolerates(&everything, &taint));
     }
 }
+
+/// Whether the node's `Ready` condition is `True`.
+pub fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|condition| condition.type_ == "Ready" && condition.status == "True")
+        })
+}

@@ -109,6 +109,11 @@ impl Allocators {
         self.service_cidr.nth(1)
     }
 
+    /// The cluster DNS Service's address: the range's tenth, as kubeadm and k3s choose it.
+    pub fn cluster_dns_ip(&self) -> Ipv4Addr {
+        self.service_cidr.nth(10)
+    }
+
     async fn used(&self, prefix: &str) -> Result<Vec<String>> {
         let response = self
             .storage

@@ -15,6 +15,9 @@ use crate::request::FieldValidation;
 
 use rudder_facts::namespaces::SYSTEM_NAMESPACES;
 
+/// The cluster DNS Service, `kube-system/kube-dns` as in every distribution.
+pub const CLUSTER_DNS_SERVICE: &str = "kube-dns";
+
 pub(super) fn system_write() -> Write {
     Write {
         caller: Caller {
@@ -147,6 +150,65 @@ pub async fn bootstrap(registry: &Registry, apiserver_port: u16, advertise: &str
             if !error.is_already_exists() {
                 return Err(error);
             }
+        }
+    }
+    let slices = catalog::find("discovery.k8s.io", "v1", "endpointslices").ok_or_else(missing)?;
+    if registry
+        .read(slices, Some("default"), "kubernetes")
+        .await?
+        .is_none()
+    {
+        // What pods reach through the `kubernetes` Service's cluster IP (the node proxies
+        // route from EndpointSlices), as upstream's endpoint reconciler keeps it.
+        let input = Input {
+            object: json!({
+                "metadata": {"name": "kubernetes", "namespace": "default",
+                    "labels": {"kubernetes.io/service-name": "kubernetes",
+                        "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}},
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": [advertise], "conditions": {"ready": true}}],
+                "ports": [{"name": "https", "port": apiserver_port, "protocol": "TCP"}]
+            }),
+            duplicate_fields: Vec::new(),
+        };
+        if let Err(error) = registry
+            .create(slices, Some("default"), input, &write)
+            .await
+        {
+            if !error.is_already_exists() {
+                return Err(error);
+            }
+        }
+    }
+    if registry
+        .read(services, Some("kube-system"), CLUSTER_DNS_SERVICE)
+        .await?
+        .is_none()
+    {
+        // The cluster DNS Service; its endpoints are the node agents' DNS servers (the
+        // controller-manager's cluster-dns-endpoints controller keeps them).
+        let cluster_ip = registry.allocators.cluster_dns_ip().to_string();
+        let input = Input {
+            object: json!({
+                "metadata": {"name": CLUSTER_DNS_SERVICE, "namespace": "kube-system",
+                    "labels": {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS",
+                        "kubernetes.io/cluster-service": "true"}},
+                "spec": {"type": "ClusterIP", "clusterIP": cluster_ip, "sessionAffinity": "None",
+                    "ports": [
+                        {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
+                        {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53}]}
+            }),
+            duplicate_fields: Vec::new(),
+        };
+        match registry
+            .create(services, Some("kube-system"), input, &write)
+            .await
+        {
+            Ok(_) => tracing::info!(%cluster_ip, "created the kube-dns service"),
+            Err(error) if error.is_already_exists() || error.is_invalid() => {
+                tracing::warn!(%error, "the kube-dns service could not be created")
+            }
+            Err(error) => return Err(error),
         }
     }
     let priority_classes =
