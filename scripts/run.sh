@@ -13,5 +13,5 @@ cargo build --release --locked
 if [ "${RUDDER_NO_AGENT:-}" = 1 ]; then
   exec "$CARGO_TARGET_DIR/release/rudder" server --disable-agent "$@"
 fi
-rudder_install_packages containerd runc containernetworking-plugins iptables busybox-static
+rudder_install_packages containerd runc containernetworking-plugins iptables busybox-static nftables
 exec "$CARGO_TARGET_DIR/release/rudder" server "$@"

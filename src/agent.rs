@@ -112,6 +112,11 @@ pub struct AgentArgs {
     /// real node; they use the --kubeconfig credentials.
     #[arg(long)]
     hollow: Option<usize>,
+    #[command(flatten)]
+    network: crate::network::NetworkArgs,
+    /// Delete the Service routing rules (the nftables table `ip rudder`) and exit.
+    #[arg(long)]
+    cleanup: bool,
 }
 
 pub fn default_node_ip() -> IpAddr {
@@ -140,6 +145,9 @@ fn labels(pairs: &[String]) -> Result<BTreeMap<String, String>> {
 
 /// `rudder agent`.
 pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
+    if args.cleanup {
+        return crate::network::cleanup().await;
+    }
     let node_name = args.node_name.clone().unwrap_or_else(default_node_name);
     let node_ip = args.node_ip.unwrap_or_else(default_node_ip);
     if let Some(count) = args.hollow {
@@ -203,7 +211,19 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
     });
     config.labels = labels(&args.node_labels)?;
     config.max_pods = args.max_pods;
-    config.cluster_dns = args.cluster_dns.clone();
+    let (_network, network_labels, cluster_dns) = crate::network::start(
+        &args.network,
+        client.clone(),
+        &node_name,
+        node_ip,
+        &args.cluster_dns,
+        crate::network::DEFAULT_CLUSTER_DNS,
+        shutdown.child_token(),
+    )
+    .await?;
+    config.labels.extend(network_labels);
+    config.cluster_dns = cluster_dns;
+    config.cluster_domain = args.network.cluster_domain.clone();
     let Some((endpoint, managed)) = container_runtime(
         args.container_runtime_endpoint.as_deref(),
         &args.data_dir.join("containerd"),

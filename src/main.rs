@@ -12,6 +12,7 @@ mod bench;
 mod controller_manager;
 mod gateway;
 mod image;
+mod network;
 mod scheduler;
 mod serve;
 mod storage_check;

@@ -148,6 +148,8 @@ pub struct ServerArgs {
     /// (`hollow-N` without --node-name), for scale tests.
     #[arg(long, default_value_t = 0)]
     hollow_nodes: usize,
+    #[command(flatten)]
+    network: crate::network::NetworkArgs,
 }
 
 #[derive(clap::Args)]
@@ -226,6 +228,8 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
         node_ip: args.node_ip,
         kubelet_port: args.kubelet_port,
         cluster_dns: args.cluster_dns.clone(),
+        network: args.network.clone(),
+        default_dns: args.service_cluster_ip_range.nth(10).to_string(),
     };
     let (url, store) = open_store(args.storage, &args.data_dir).await?;
     let config = rudder_apiserver::Config {
@@ -375,6 +379,9 @@ struct LocalAgent {
     node_ip: Option<std::net::IpAddr>,
     kubelet_port: u16,
     cluster_dns: Vec<String>,
+    network: crate::network::NetworkArgs,
+    /// The DNS Service's address in this server's service range.
+    default_dns: String,
 }
 
 /// This server's own node agent, when there is a container runtime (given, the system's, or
@@ -444,13 +451,26 @@ async fn local_agent(
         key_pem: serving_key,
         client_ca_pem: running.pki.ca_cert_pem.clone(),
     });
-    config.cluster_dns = args.cluster_dns.clone();
+    let (network, network_labels, cluster_dns) = crate::network::start(
+        &args.network,
+        client.clone(),
+        &name,
+        ip,
+        &args.cluster_dns,
+        &args.default_dns,
+        shutdown.child_token(),
+    )
+    .await?;
+    config.labels.extend(network_labels);
+    config.cluster_dns = cluster_dns;
+    config.cluster_domain = args.network.cluster_domain.clone();
     let runtime: Arc<dyn rudder_kubelet::runtime::Runtime> =
         Arc::new(rudder_kubelet::runtime::cri::CriRuntime::new(&endpoint)?);
     let recorder = rudder_runtime::events::recorder(client.clone(), "kubelet", &name);
     tracing::info!(node = %name, %ip, runtime = %endpoint, "starting this server's node agent");
     Ok(Some(tokio::spawn(async move {
         let ran = rudder_kubelet::run(config, client, runtime, Some(recorder), shutdown).await;
+        drop(network);
         if let Some(managed) = managed {
             managed.stop().await;
         }

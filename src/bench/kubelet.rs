@@ -321,6 +321,7 @@ async fn startup(args: &KubeletBenchArgs) -> Result<()> {
             &args.container_runtime_endpoint,
         ])
         .args(["--node-name", name, "--kubelet-port", "0"])
+        .args(["--disable-kube-proxy", "--disable-cluster-dns"])
         .arg("--data-dir")
         .arg(agent_dir.join("data"))
         .env("RUST_LOG", "warn")

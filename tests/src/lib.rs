@@ -9,10 +9,12 @@ use std::time::Duration;
 
 pub mod in_process;
 pub mod kubectl;
+pub mod netns;
 pub mod server;
 
 pub use in_process::{admin_client, start_apiserver};
 pub use kubectl::Kubectl;
+pub use netns::NodeNetns;
 pub use server::RudderServer;
 
 /// Runs `binary` with `args` and returns its output.

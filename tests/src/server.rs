@@ -65,15 +65,31 @@ impl RudderServer {
         } else {
             &["--disable-agent"]
         };
+        // An agent in the tests' own network namespace routes no Services and serves no DNS
+        // unless the test names the pod network (the network tests run theirs in a namespace
+        // of their own).
+        let wants_network = args.iter().any(|arg| arg.starts_with("--cluster-cidr"));
+        let no_network: &[&str] = if wants_agent && !wants_network {
+            &["--disable-kube-proxy", "--disable-cluster-dns"]
+        } else {
+            &[]
+        };
+        let listen: &[&str] = if args.iter().any(|arg| arg.starts_with("--listen")) {
+            &[]
+        } else {
+            &["--listen", "127.0.0.1:0"]
+        };
         let dir = tempfile::tempdir().expect("temporary data dir");
         let log = std::fs::File::create(dir.path().join("server.log")).expect("server log file");
         let child = command
             .arg("server")
             .arg("--data-dir")
             .arg(dir.path().join("data"))
-            .args(["--listen", "127.0.0.1:0", "--storage", storage_url])
+            .args(listen)
+            .args(["--storage", storage_url])
             .args(args)
             .args(no_agent)
+            .args(no_network)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("server log file"))

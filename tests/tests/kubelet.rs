@@ -571,6 +571,7 @@ async fn an_agent_joined_with_a_bootstrap_token_runs_pods() {
     let mut agent = Command::new(env!("CARGO_BIN_EXE_rudder"))
         .args(&words[1..])
         .args(["--node-name", "second", "--kubelet-port", "0"])
+        .args(["--disable-kube-proxy", "--disable-cluster-dns"])
         .arg("--container-runtime-endpoint")
         .arg(format!("unix://{socket}"))
         .arg("--data-dir")

@@ -1,0 +1,99 @@
+//! The proxy's metrics under upstream's names: how long a sync takes
+//! (`kubeproxy_sync_proxy_rules_duration_seconds`), how long from an endpoint change to its
+//! rules (`kubeproxy_network_programming_duration_seconds`), when the last sync happened,
+//! and failed transactions.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+pub struct Metrics {
+    sync_duration: Histogram,
+    programming_duration: Histogram,
+    last_sync: Gauge<f64, AtomicU64>,
+    failures: Counter,
+    full_syncs: Counter,
+    service_ports: Gauge,
+    /// Syncs done (for tests and benchmarks that wait for one).
+    pub syncs: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            // 1 ms … ~16 s.
+            sync_duration: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
+            programming_duration: Histogram::new(exponential_buckets(0.001, 2.0, 18)),
+            last_sync: Gauge::default(),
+            failures: Counter::default(),
+            full_syncs: Counter::default(),
+            service_ports: Gauge::default(),
+            syncs: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Metrics {
+    pub fn synced(&self, took: Duration, full: bool, service_ports: usize) {
+        self.sync_duration.observe(took.as_secs_f64());
+        if full {
+            self.full_syncs.inc();
+        }
+        self.service_ports
+            .set(i64::try_from(service_ports).unwrap_or(i64::MAX));
+        self.last_sync.set(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or_default(),
+        );
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn failed(&self) {
+        self.failures.inc();
+    }
+
+    pub fn programmed(&self, seconds: f64) {
+        self.programming_duration.observe(seconds);
+    }
+
+    /// Adds every metric to `registry` (prefix `kubeproxy`).
+    pub fn register(&self, registry: &mut Registry) {
+        let proxy = registry.sub_registry_with_prefix("kubeproxy");
+        proxy.register(
+            "sync_proxy_rules_duration_seconds",
+            "SyncProxyRules latency in seconds",
+            self.sync_duration.clone(),
+        );
+        proxy.register(
+            "network_programming_duration_seconds",
+            "In Cluster Network Programming Latency in seconds",
+            self.programming_duration.clone(),
+        );
+        proxy.register(
+            "sync_proxy_rules_last_timestamp_seconds",
+            "The last time proxy rules were successfully synced",
+            self.last_sync.clone(),
+        );
+        proxy.register(
+            "sync_proxy_rules_nftables_failures",
+            "Failed nftables transactions",
+            self.failures.clone(),
+        );
+        proxy.register(
+            "sync_full_proxy_rules",
+            "Syncs that rewrote the whole table",
+            self.full_syncs.clone(),
+        );
+        proxy.register(
+            "sync_proxy_rules_service_ports",
+            "Service ports programmed",
+            self.service_ports.clone(),
+        );
+    }
+}

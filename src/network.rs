@@ -1,0 +1,94 @@
+//! The node agent's service networking flags (`rudder agent` and `rudder server`'s own
+//! agent): the proxy and cluster DNS of rudder-network, what pods' resolv.conf then points
+//! at, and `--cleanup`.
+
+use std::net::IpAddr;
+
+use anyhow::Result;
+use tokio_util::sync::CancellationToken;
+
+/// The nftables table the proxy owns.
+pub const TABLE: &str = "rudder";
+/// The pod network when none is given (k3s' default; the default --pod-cidr lies in it).
+pub const DEFAULT_CLUSTER_CIDR: &str = "10.42.0.0/16";
+/// The cluster DNS address in the default service range (its tenth address).
+pub const DEFAULT_CLUSTER_DNS: &str = "10.96.0.10";
+/// The label that tells the controller-manager this node serves cluster DNS.
+pub const DNS_NODE_LABEL: &str = "rudder.dev/cluster-dns";
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct NetworkArgs {
+    /// The pod network(s) of the cluster: Service traffic from elsewhere is masqueraded.
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_CLUSTER_CIDR)]
+    pub cluster_cidr: Vec<String>,
+    /// The cluster's DNS domain.
+    #[arg(long, default_value = "cluster.local")]
+    pub cluster_domain: String,
+    /// Do not route Services on this node (no nftables rules).
+    #[arg(long)]
+    pub disable_kube_proxy: bool,
+    /// Do not serve cluster DNS on this node's address.
+    #[arg(long)]
+    pub disable_cluster_dns: bool,
+}
+
+impl NetworkArgs {
+    /// The networking config for a node.
+    pub fn node(&self, node_name: &str, node_ip: IpAddr) -> rudder_network::node::NodeNetwork {
+        rudder_network::node::NodeNetwork {
+            node_name: node_name.to_owned(),
+            node_ip,
+            cluster_cidrs: self.cluster_cidr.clone(),
+            cluster_domain: self.cluster_domain.clone(),
+            proxy: !self.disable_kube_proxy,
+            dns: !self.disable_cluster_dns,
+            dns_port: 53,
+            upstreams: rudder_network::dns::resolv_conf_upstreams(
+                &std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
+            ),
+            table: TABLE.into(),
+        }
+    }
+}
+
+/// Starts the node's networking; returns it with the labels its Node should carry and the
+/// DNS servers pods get (`given`, else `default_dns` when the proxy routes the DNS Service).
+pub async fn start(
+    args: &NetworkArgs,
+    client: kube::Client,
+    node_name: &str,
+    node_ip: IpAddr,
+    given_dns: &[String],
+    default_dns: &str,
+    shutdown: CancellationToken,
+) -> Result<(
+    rudder_network::node::Running,
+    Vec<(String, String)>,
+    Vec<String>,
+)> {
+    let running =
+        rudder_network::node::start(args.node(node_name, node_ip), client, shutdown).await?;
+    let mut labels = Vec::new();
+    if running.dns.is_some() {
+        labels.push((DNS_NODE_LABEL.to_owned(), "true".to_owned()));
+    }
+    let cluster_dns = if !given_dns.is_empty() {
+        given_dns.to_vec()
+    } else if running.proxy {
+        vec![default_dns.to_owned()]
+    } else {
+        Vec::new()
+    };
+    if let Some(address) = running.dns {
+        tracing::info!(%address, "cluster DNS serving");
+    }
+    Ok((running, labels, cluster_dns))
+}
+
+/// `rudder agent --cleanup`: deletes the proxy's table (nothing else) and returns.
+pub async fn cleanup() -> Result<()> {
+    let nft = rudder_network::proxy::nft::Cli::default();
+    rudder_network::proxy::cleanup(&nft, TABLE).await?;
+    println!("deleted the nftables table ip {TABLE}");
+    Ok(())
+}
