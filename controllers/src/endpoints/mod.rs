@@ -170,14 +170,14 @@ async fn sync_slices(
         match existing.next() {
             Some(old) if old.endpoints == slice.endpoints && old.ports == slice.ports => {}
             Some(old) => {
-                let mut updated = slice;
+                let mut updated = stamped(slice);
                 updated.metadata.name = old.metadata.name.clone();
                 updated.metadata.generate_name = None;
                 updated.metadata.resource_version = old.metadata.resource_version.clone();
                 api.replace(&old.name_any(), &PostParams::default(), &updated)
                     .await?;
             }
-            None => match api.create(&PostParams::default(), &slice).await {
+            None => match api.create(&PostParams::default(), &stamped(slice)).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(status)) if status.code == 403 => {}
                 Err(error) => return Err(error.into()),
@@ -195,4 +195,19 @@ async fn sync_slices(
         }
     }
     Ok(())
+}
+
+/// Upstream's annotation for when the change a slice reflects happened, from which node proxies
+/// measure network programming latency; stamped with the time of this write (the change was
+/// seen just before).
+pub const TRIGGER_TIME: &str = "endpoints.kubernetes.io/last-change-trigger-time";
+
+fn stamped(mut slice: EndpointSlice) -> EndpointSlice {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    slice
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(TRIGGER_TIME.to_owned(), now);
+    slice
 }
