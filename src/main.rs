@@ -98,6 +98,9 @@ enum BenchCommand {
     /// The node agent: pod start latency on real containerd (1, 10, 50 pods at once) beside
     /// upstream's SLO, the agent's RSS and CPU, and hollow-node density per driver.
     Kubelet(bench::kubelet::KubeletBenchArgs),
+    /// Service networking: EndpointSlice change → nftables rules latency at 10, 1,000 and
+    /// 10,000 Services beside a whole-table rewrite, and cluster DNS queries per second.
+    Network(bench::network::NetworkBenchArgs),
 }
 
 /// The process's one signal handler: a token cancelled on SIGINT (ctrl-c) or SIGTERM, handed to
@@ -178,6 +181,9 @@ fn main() -> ExitCode {
             Command::Bench {
                 command: BenchCommand::Kubelet(args),
             } => bench::kubelet::run(args).await,
+            Command::Bench {
+                command: BenchCommand::Network(args),
+            } => bench::network::run(args).await,
         }
     });
     match result {

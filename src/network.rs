@@ -2,7 +2,7 @@
 //! agent): the proxy and cluster DNS of rudder-network, what pods' resolv.conf then points
 //! at, and `--cleanup`.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use anyhow::Result;
 use tokio_util::sync::CancellationToken;
@@ -30,6 +30,19 @@ pub struct NetworkArgs {
     /// Do not serve cluster DNS on this node's address.
     #[arg(long)]
     pub disable_cluster_dns: bool,
+    /// Where the service proxy's metrics (`/metrics`, `/healthz`) are served, as
+    /// kube-proxy's `--metrics-bind-address`; empty serves none.
+    #[arg(long, default_value = "127.0.0.1:10249", value_parser = optional_address)]
+    pub proxy_metrics_bind_address: std::option::Option<SocketAddr>,
+}
+
+fn optional_address(text: &str) -> Result<Option<SocketAddr>, String> {
+    if text.is_empty() {
+        return Ok(None);
+    }
+    text.parse()
+        .map(Some)
+        .map_err(|error| format!("{text:?} is not HOST:PORT: {error}"))
 }
 
 impl NetworkArgs {
@@ -47,6 +60,7 @@ impl NetworkArgs {
                 &std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
             ),
             table: TABLE.into(),
+            metrics_address: self.proxy_metrics_bind_address,
         }
     }
 }

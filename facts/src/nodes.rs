@@ -121,6 +121,18 @@ pub fn untolerated<'a>(node: &'a Node, tolerations: &[Toleration]) -> Vec<&'a Ta
         .collect()
 }
 
+/// Whether the node's `Ready` condition is `True`.
+pub fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|condition| condition.type_ == "Ready" && condition.status == "True")
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,16 +243,4 @@ mod tests {
         };
         assert!(tolerates(&everything, &taint));
     }
-}
-
-/// Whether the node's `Ready` condition is `True`.
-pub fn is_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|status| status.conditions.as_ref())
-        .is_some_and(|conditions| {
-            conditions
-                .iter()
-                .any(|condition| condition.type_ == "Ready" && condition.status == "True")
-        })
 }

@@ -27,6 +27,8 @@ pub struct NodeNetwork {
     pub upstreams: Vec<SocketAddr>,
     /// The nftables table.
     pub table: String,
+    /// Where the proxy's metrics are served (none: not served).
+    pub metrics_address: Option<SocketAddr>,
 }
 
 /// What is running.
@@ -70,6 +72,15 @@ pub async fn start(
                 shutdown.clone(),
             ));
             proxying = true;
+            if let Some(address) = config.metrics_address {
+                match crate::metrics_server::serve(address, metrics.clone(), shutdown.clone()).await
+                {
+                    Ok(bound) => tracing::info!(%bound, "service proxy metrics serving"),
+                    Err(error) => {
+                        tracing::warn!(%error, %address, "the service proxy's metrics are not served")
+                    }
+                }
+            }
         } else {
             tracing::warn!(
                 "nftables is missing or may not be changed here (install the nftables package, \

@@ -12,6 +12,7 @@ mod api_report;
 pub mod authz;
 mod charts;
 pub mod kubelet;
+pub mod network;
 mod report;
 pub mod scheduler;
 mod subjects;

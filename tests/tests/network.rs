@@ -406,6 +406,21 @@ async fn pods_reach_services_by_name_through_the_agents_proxy_and_dns() {
         String::from_utf8_lossy(&api.stderr)
     );
 
+    // The proxy's metrics, under upstream's names, on the node's 127.0.0.1:10249.
+    let metrics = node
+        .command("curl")
+        .args(["-s", "-m", "5", "http://127.0.0.1:10249/metrics"])
+        .output()
+        .unwrap();
+    let metrics = String::from_utf8_lossy(&metrics.stdout);
+    for name in [
+        "kubeproxy_sync_proxy_rules_duration_seconds_bucket",
+        "kubeproxy_network_programming_duration_seconds_count",
+        "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+    ] {
+        assert!(metrics.contains(name), "{name} missing from:\n{metrics}");
+    }
+
     // --cleanup removes the table (only after the agent stops).
     kubectl.ok(&["delete", "-f", manifest.to_str().unwrap(), "--wait=false"]);
     until("the pods are gone", 60, || {

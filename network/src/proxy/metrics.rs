@@ -20,6 +20,11 @@ pub struct Metrics {
     service_ports: Gauge,
     /// Syncs done (for tests and benchmarks that wait for one).
     pub syncs: AtomicU64,
+    /// The watch generation the last applied rules were computed from: a change seen at
+    /// generation `g` is in the kernel once this is at least `g`.
+    pub applied_generation: AtomicU64,
+    /// How long the last sync took, in microseconds.
+    pub last_sync_micros: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -33,12 +38,19 @@ impl Default for Metrics {
             full_syncs: Counter::default(),
             service_ports: Gauge::default(),
             syncs: AtomicU64::new(0),
+            applied_generation: AtomicU64::new(0),
+            last_sync_micros: AtomicU64::new(0),
         }
     }
 }
 
 impl Metrics {
-    pub fn synced(&self, took: Duration, full: bool, service_ports: usize) {
+    pub fn synced(&self, took: Duration, full: bool, service_ports: usize, generation: u64) {
+        self.applied_generation.store(generation, Ordering::Release);
+        self.last_sync_micros.store(
+            u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
+            Ordering::Release,
+        );
         self.sync_duration.observe(took.as_secs_f64());
         if full {
             self.full_syncs.inc();

@@ -77,7 +77,7 @@ pub async fn run(
     let mut seen_slices: HashMap<String, String> = HashMap::new();
     loop {
         let started = Instant::now();
-        watched.changes.borrow_and_update();
+        let generation = *watched.changes.borrow_and_update();
         let services = watched.services.state();
         let slices = watched.slices.state();
         let ports = model::service_ports(&services, &slices, &config.node_name);
@@ -97,7 +97,7 @@ pub async fn run(
                 if full {
                     last_full = Instant::now();
                 }
-                metrics.synced(started.elapsed(), full, ports.len());
+                metrics.synced(started.elapsed(), full, ports.len(), generation);
                 tracing::debug!(
                     full,
                     service_ports = ports.len(),
