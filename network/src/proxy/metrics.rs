@@ -57,12 +57,7 @@ impl Metrics {
         }
         self.service_ports
             .set(i64::try_from(service_ports).unwrap_or(i64::MAX));
-        self.last_sync.set(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs_f64())
-                .unwrap_or_default(),
-        );
+        self.last_sync.set(super::unix_now());
         self.syncs.fetch_add(1, Ordering::Relaxed);
     }
 

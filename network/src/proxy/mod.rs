@@ -172,7 +172,7 @@ fn observe_programming(
 }
 
 /// Seconds since the Unix epoch.
-fn unix_now() -> f64 {
+pub(crate) fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())

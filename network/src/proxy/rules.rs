@@ -190,14 +190,21 @@ impl Names {
     }
 }
 
-fn endpoint_chain(port: &ServicePort, backend: &Backend) -> String {
-    let key = format!("{}__{}/{}", port.key(), backend.ip, backend.port);
-    format!("endpoint-{}-{key}", short_hash(&key))
+/// One endpoint's chain and session-affinity set, named from one key and one hash.
+struct EndpointNames {
+    chain: String,
+    affinity: String,
 }
 
-fn affinity_set(port: &ServicePort, backend: &Backend) -> String {
-    let key = format!("{}__{}/{}", port.key(), backend.ip, backend.port);
-    format!("affinity-{}", short_hash(&key))
+impl EndpointNames {
+    fn of(port_key: &str, backend: &Backend) -> Self {
+        let key = format!("{port_key}__{}/{}", backend.ip, backend.port);
+        let hash = short_hash(&key);
+        Self {
+            chain: format!("endpoint-{hash}-{key}"),
+            affinity: format!("affinity-{hash}"),
+        }
+    }
 }
 
 /// The rules for every Service port.
@@ -250,24 +257,27 @@ fn add_port(rules: &mut Ruleset, port: &ServicePort, config: &RuleConfig) {
     let names = Names::of(port);
     let proto = port.protocol.nft();
     let reject = "goto reject-chain".to_owned();
-    // The endpoints' own chains.
+    // The endpoints' own chains, each named once.
+    let port_key = port.key();
+    let mut endpoints: std::collections::BTreeMap<Backend, EndpointNames> = Default::default();
     for backend in port.cluster.iter().chain(&port.local) {
-        let chain = endpoint_chain(port, backend);
-        if rules.chains.contains_key(&chain) {
+        if endpoints.contains_key(backend) {
             continue;
         }
+        let named = EndpointNames::of(&port_key, backend);
         let mut body = vec![format!("ip saddr {} jump mark-for-masquerade", backend.ip)];
         if let Some(timeout) = port.affinity_seconds {
-            let set = affinity_set(port, backend);
-            body.push(format!("update @{set} {{ ip saddr }}"));
-            rules.affinity.insert(set, timeout);
+            body.push(format!("update @{} {{ ip saddr }}", named.affinity));
+            rules.affinity.insert(named.affinity.clone(), timeout);
         }
         body.push(format!(
             "meta l4proto {proto} dnat to {}:{}",
             backend.ip, backend.port
         ));
-        rules.chains.insert(chain, body);
+        rules.chains.insert(named.chain.clone(), body);
+        endpoints.insert(*backend, named);
     }
+    let chain_of = |backend: &Backend| endpoints.get(backend).map_or("", |n| n.chain.as_str());
     let spread = |backends: &[Backend]| -> Vec<String> {
         let mut body = masquerade_unless_from_pods(port, config);
         if backends.is_empty() {
@@ -276,20 +286,17 @@ fn add_port(rules: &mut Ruleset, port: &ServicePort, config: &RuleConfig) {
         }
         if port.affinity_seconds.is_some() {
             for backend in backends {
-                body.push(format!(
-                    "ip saddr @{} goto {}",
-                    affinity_set(port, backend),
-                    endpoint_chain(port, backend)
-                ));
+                let affinity = endpoints.get(backend).map_or("", |n| n.affinity.as_str());
+                body.push(format!("ip saddr @{affinity} goto {}", chain_of(backend)));
             }
         }
         if let [only] = backends {
-            body.push(format!("goto {}", endpoint_chain(port, only)));
+            body.push(format!("goto {}", chain_of(only)));
         } else {
             let arms: Vec<String> = backends
                 .iter()
                 .enumerate()
-                .map(|(i, b)| format!("{i} : goto {}", endpoint_chain(port, b)))
+                .map(|(i, b)| format!("{i} : goto {}", chain_of(b)))
                 .collect();
             body.push(format!(
                 "numgen random mod {} vmap {{ {} }}",
