@@ -16,6 +16,7 @@ mod network;
 mod scheduler;
 mod serve;
 mod storage_check;
+mod storage_get;
 mod token;
 
 use std::process::ExitCode;
@@ -79,6 +80,9 @@ enum StorageCommand {
         #[arg(long, env = "RUDDER_STORAGE")]
         storage: String,
     },
+    /// Print what the store holds under a key or prefix, decoded (protobuf or JSON) and
+    /// decrypted (with --encryption-provider-config).
+    Get(storage_get::GetArgs),
 }
 
 #[derive(Subcommand)]
@@ -166,6 +170,9 @@ fn main() -> ExitCode {
             Command::Storage {
                 command: StorageCommand::Check { storage },
             } => storage_check::run(&storage).await,
+            Command::Storage {
+                command: StorageCommand::Get(args),
+            } => storage_get::run(args).await,
             Command::Bench {
                 command: BenchCommand::Storage(args),
             } => bench::run(args).await,

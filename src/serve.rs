@@ -120,6 +120,27 @@ pub struct ServerArgs {
     /// Days to keep rotated audit logs (0: for ever).
     #[arg(long, default_value_t = 0)]
     audit_log_maxage: u64,
+    /// How built-in objects are serialized in the store: `application/vnd.kubernetes.protobuf`
+    /// (kube-apiserver's default: upstream's tools read the data) or `application/json`.
+    /// Values in either form are read whatever this says.
+    #[arg(long, default_value = "application/vnd.kubernetes.protobuf")]
+    storage_media_type: rudder_apiserver::values::MediaType,
+    /// Encryption at rest: an EncryptionConfiguration (apiserver.config.k8s.io/v1) naming the
+    /// resources to encrypt and the providers (aesgcm, aescbc, secretbox, identity) in order;
+    /// the first writes, all read. A malformed file stops the server.
+    #[arg(long)]
+    encryption_provider_config: Option<PathBuf>,
+    /// Read the encryption configuration again when the file changes (checked every
+    /// --encryption-provider-config-reload-interval); an invalid change is logged and ignored.
+    #[arg(long)]
+    encryption_provider_config_automatic_reload: bool,
+    /// How often an automatically reloaded encryption configuration is checked.
+    #[arg(long, default_value = "1m", value_parser = parse_interval, hide = true)]
+    encryption_provider_config_reload_interval: std::time::Duration,
+    /// Serve lists and the initial state of watches from memory, each resource's objects kept
+    /// current by one storage watch; false: every read goes to the store.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    watch_cache: bool,
     /// Do not run a node agent in this process (by default one runs when the container
     /// runtime's socket exists).
     #[arg(long)]
@@ -218,6 +239,12 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
         (None, Some(_)) => anyhow::bail!("--audit-policy-file needs --audit-log-path"),
         (None, None) => None,
     };
+    if args.encryption_provider_config_automatic_reload && args.encryption_provider_config.is_none()
+    {
+        anyhow::bail!(
+            "--encryption-provider-config-automatic-reload needs --encryption-provider-config"
+        );
+    }
     let authorization_modes = rudder_apiserver::authz::Mode::parse_list(&args.authorization_mode)
         .map_err(|error| anyhow::anyhow!("--authorization-mode: {error}"))?;
     let agent_args = LocalAgent {
@@ -251,6 +278,12 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
         service_account_issuer: args.service_account_issuer,
         cluster_token: args.token,
         audit,
+        storage_media_type: args.storage_media_type,
+        encryption_provider_config: args.encryption_provider_config,
+        encryption_reload_interval: args
+            .encryption_provider_config_automatic_reload
+            .then_some(args.encryption_provider_config_reload_interval),
+        watch_cache: args.watch_cache,
     };
     let running =
         match rudder_apiserver::server::start(config, store.clone(), shutdown.clone()).await {

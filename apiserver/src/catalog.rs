@@ -349,6 +349,28 @@ pub fn by_kind(group: &str, kind: &str) -> Option<&'static ResourceInfo> {
         .find(|info| info.group == group && info.kind == kind)
 }
 
+/// The resource that owns `info`'s storage prefix (the first one served with it): a kind
+/// served by two APIs (Events) is stored, and encrypted, as one resource.
+/// Returns its (group, plural).
+pub fn storage_owner(info: &ResourceInfo) -> (&'static str, &'static str) {
+    RESOURCES
+        .iter()
+        .find(|other| other.storage_prefix == info.storage_prefix && other.is_stored())
+        .map_or((info.group, info.plural), |owner| {
+            (owner.group, owner.plural)
+        })
+}
+
+/// The stored resource whose objects live under `key`.
+pub fn by_storage_key(key: &[u8]) -> Option<&'static ResourceInfo> {
+    RESOURCES.iter().find(|info| {
+        info.is_stored()
+            && key
+                .strip_prefix(info.storage_prefix.as_bytes())
+                .is_some_and(|rest| rest.first() == Some(&b'/'))
+    })
+}
+
 /// Whether any served resource lives in group/version.
 pub fn serves_group_version(group: &str, version: &str) -> bool {
     RESOURCES

@@ -5,7 +5,7 @@
 //! (`audit`) → authorization (`authz`: system:masters, Node, RBAC) → decoding (`codec`: JSON, YAML,
 //! protobuf via `protobuf`) → the registry (`registry`: one generic store; each kind's rules in
 //! its file under `kinds`, which draw on `defaults`, `validation` and `tables`; admission from
-//! `rudder-admission`) →
+//! `rudder-admission`) → stored values (`values`: protobuf or JSON, then encryption at rest) →
 //! encoding (objects, Tables from `tables`, watch streams) → a response, with every failure
 //! a `Status` body mapped once in `error`. What is served is one table, `catalog`.
 //!
@@ -37,6 +37,7 @@ pub mod server;
 pub mod tables;
 pub mod tls;
 pub mod validation;
+pub mod values;
 
 pub use limits::Limits;
 pub use server::{Config, Running};

@@ -7,6 +7,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rudder_admission::{
     Chain, DefaultTolerationSeconds, NamespaceLifecycle, Priority, ServiceAccount,
@@ -27,6 +28,8 @@ use crate::limits::Limits;
 use crate::pki::cluster::{self, ClusterError};
 use crate::pki::{self, Pki, PkiError};
 use crate::registry::{self, Allocators, Cidr, Registry};
+use crate::values::encryption::{spawn_reload, Current, Encryption, ReloadMetrics};
+use crate::values::{MediaType, Values};
 
 /// How to run an apiserver (the store is handed to [`start`] apart).
 #[derive(Clone, Debug)]
@@ -55,6 +58,15 @@ pub struct Config {
     pub cluster_token: Option<String>,
     /// Auditing (`--audit-log-path`, `--audit-policy-file`); `None`: off.
     pub audit: Option<crate::audit::AuditConfig>,
+    /// How built-in objects are serialized in the store (`--storage-media-type`).
+    pub storage_media_type: MediaType,
+    /// Encryption at rest (`--encryption-provider-config`); `None`: values stored as they are.
+    pub encryption_provider_config: Option<PathBuf>,
+    /// How often the encryption configuration file is read again
+    /// (`--encryption-provider-config-automatic-reload`); `None`: read once at start.
+    pub encryption_reload_interval: Option<Duration>,
+    /// Serve lists (and the initial state of watches) from memory (`--watch-cache`).
+    pub watch_cache: bool,
 }
 
 /// The controller-manager's user (its certificate's CN), bound to the role of that name.
@@ -89,6 +101,10 @@ impl Config {
             service_account_issuer: crate::authn::service_account::DEFAULT_ISSUER.into(),
             cluster_token: None,
             audit: None,
+            storage_media_type: MediaType::default(),
+            encryption_provider_config: None,
+            encryption_reload_interval: None,
+            watch_cache: true,
         }
     }
 }
@@ -116,6 +132,8 @@ pub enum StartError {
     Cluster(#[source] ClusterError),
     #[error("auditing: {0}")]
     Audit(String),
+    #[error("--encryption-provider-config: {0}")]
+    Encryption(String),
     #[error("the service-account key: {0}")]
     ServiceAccountKey(String),
     #[error("reading what the authorizers follow (RBAC objects, pods): {0}")]
@@ -315,6 +333,7 @@ fn write_component_kubeconfig(
 async fn authorizer(
     modes: &[authz::Mode],
     storage: &Arc<dyn Storage>,
+    values: &Arc<Values>,
     tasks: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> Result<(Arc<dyn Authorizer>, Option<Arc<authz::rbac::PolicyCache>>), StartError> {
@@ -324,22 +343,69 @@ async fn authorizer(
         match mode {
             authz::Mode::AlwaysAllow => chain.push(Arc::new(authz::AlwaysAllow)),
             authz::Mode::Node => {
-                let node =
-                    authz::node::NodeAuthorizer::start(storage.clone(), tasks, shutdown.clone())
-                        .await
-                        .map_err(StartError::Policy)?;
+                let node = authz::node::NodeAuthorizer::start(
+                    storage.clone(),
+                    values.clone(),
+                    tasks,
+                    shutdown.clone(),
+                )
+                .await
+                .map_err(StartError::Policy)?;
                 chain.push(Arc::new(node));
             }
             authz::Mode::Rbac => {
-                let policy = authz::rbac::cache::start(storage.clone(), tasks, shutdown.clone())
-                    .await
-                    .map_err(StartError::Policy)?;
+                let policy = authz::rbac::cache::start(
+                    storage.clone(),
+                    values.clone(),
+                    tasks,
+                    shutdown.clone(),
+                )
+                .await
+                .map_err(StartError::Policy)?;
                 chain.push(Arc::new(authz::rbac::Rbac::new(policy.clone())));
                 rbac = Some(policy);
             }
         }
     }
     Ok((Arc::new(authz::Chain::new(chain)), rbac))
+}
+
+/// The codec and encryption of stored values: the configuration file loaded (a malformed one
+/// stops the start with the field and line at fault), reloaded when asked, its metrics
+/// registered.
+fn stored_values(
+    config: &Config,
+    metrics: &Metrics,
+    addr: &SocketAddr,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> Result<Arc<Values>, StartError> {
+    let current = match &config.encryption_provider_config {
+        None => Arc::new(Current::none()),
+        Some(path) => {
+            let (encryption, text) = Encryption::load(path).map_err(StartError::Encryption)?;
+            let current = Arc::new(Current::new(encryption, Some(path.clone())));
+            if let Some(interval) = config.encryption_reload_interval {
+                let reload = Arc::new(ReloadMetrics::new(&addr.to_string()));
+                metrics.register_more(|registry| reload.register(registry));
+                spawn_reload(
+                    current.clone(),
+                    path.clone(),
+                    text,
+                    interval,
+                    reload,
+                    tasks,
+                    shutdown.clone(),
+                );
+            }
+            current
+        }
+    };
+    let values = Values::new(config.storage_media_type, current);
+    if config.encryption_provider_config.is_some() {
+        metrics.register_more(|registry| values.metrics().register(registry));
+    }
+    Ok(Arc::new(values))
 }
 
 /// Starts an apiserver on `storage`, serving until `shutdown` is cancelled.
@@ -384,10 +450,21 @@ pub async fn start(
 
     let shutdown = shutdown.child_token();
     let tasks = TaskTracker::new();
-    let (authorizer, policy) =
-        authorizer(&config.authorization_modes, &storage, &tasks, &shutdown).await?;
-    let unadmitted = Registry::new(storage, Arc::new(Chain::new()), allocators)
+    let values = stored_values(&config, &metrics, &addr, &tasks, &shutdown)?;
+    let (authorizer, policy) = authorizer(
+        &config.authorization_modes,
+        &storage,
+        &values,
+        &tasks,
+        &shutdown,
+    )
+    .await?;
+    let mut unadmitted = Registry::new(storage, Arc::new(Chain::new()), allocators)
+        .with_values(values)
         .with_tasks(tasks.clone(), shutdown.clone());
+    if config.watch_cache {
+        unadmitted = unadmitted.with_watch_cache();
+    }
     let namespaces = registry::StoredNamespaces::new(unadmitted.clone());
     let unadmitted_reader = unadmitted.clone();
     let signer =

@@ -38,7 +38,8 @@ const NAMESPACE: &str = "default";
 
 #[derive(clap::Args)]
 pub struct ApiBenchArgs {
-    /// Subjects to measure, comma-separated: sqlite, postgres, etcd (the reference).
+    /// Subjects to measure, comma-separated: sqlite, postgres, etcd (the reference); a
+    /// `-nocache` suffix (`sqlite-nocache`) runs that driver with --watch-cache=false.
     #[arg(long, default_value = "sqlite,postgres,etcd", value_delimiter = ',')]
     subjects: Vec<String>,
     /// etcd client endpoint (HOST:PORT) for the etcd subject.
@@ -324,10 +325,16 @@ async fn open(name: &str, args: &ApiBenchArgs, tag: &str, clients: usize) -> Res
         postgres_url: &args.postgres_url,
         etcd_endpoint: &args.etcd_endpoint,
     };
-    let url = storage_url(name, &backends, &format!("api_{tag}"), &dir)?;
+    // `<driver>-nocache`: the same driver with --watch-cache=false.
+    let (driver, watch_cache, store_tag) = match name.strip_suffix("-nocache") {
+        Some(driver) => (driver, false, format!("api_{tag}_nocache")),
+        None => (name, true, format!("api_{tag}")),
+    };
+    let url = storage_url(driver, &backends, &store_tag, &dir)?;
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut config = Config::new(dir.join("apiserver"));
     config.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    config.watch_cache = watch_cache;
     let store = match rudder_storage::open(&url).await {
         Ok(store) => store,
         Err(error) => {

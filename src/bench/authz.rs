@@ -209,7 +209,7 @@ fn decision_time(extra: usize, namespaces: usize) -> Result<Duration> {
     use rudder_apiserver::authz::rbac::{defaults, Policy};
     let mut policy = Policy::default();
     let put = |policy: &mut Policy, key: String, value: &serde_json::Value| -> Result<()> {
-        policy.apply(&key, Some(&serde_json::to_vec(value)?));
+        policy.apply(&key, Some(value));
         Ok(())
     };
     for role in defaults::cluster_roles() {

@@ -9,8 +9,11 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use rudder_storage::{EventKind, KeyRange, RangeRequest, Storage, WatchRequest};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+
+use crate::values::Values;
 
 /// How long a failed watch waits before its prefix is listed again.
 const RELIST_DELAY: Duration = Duration::from_secs(1);
@@ -19,8 +22,11 @@ const RELIST_DELAY: Duration = Duration::from_secs(1);
 pub trait Follows: Default + Send + Sync + 'static {
     /// Forgets everything under `prefix` (before it is listed again).
     fn clear(&mut self, prefix: &str);
-    /// Applies changes, `None` for a deleted key.
-    fn apply_all<'a>(&mut self, changes: impl IntoIterator<Item = (&'a str, Option<&'a [u8]>)>);
+    /// Applies changes (objects as the store's values decode), `None` for a deleted key.
+    fn apply_all<'a>(
+        &mut self,
+        changes: impl IntoIterator<Item = (&'a str, Option<&'a serde_json::Value>)>,
+    );
 }
 
 /// A state and the watches that keep it current.
@@ -33,6 +39,7 @@ impl<T: Follows> Followed<T> {
     /// Lists `prefixes`, then keeps them current on `tasks` until `shutdown`.
     pub async fn start(
         storage: Arc<dyn Storage>,
+        values: Arc<Values>,
         prefixes: &'static [&'static str],
         tasks: &TaskTracker,
         shutdown: CancellationToken,
@@ -41,9 +48,10 @@ impl<T: Follows> Followed<T> {
             state: RwLock::new(T::default()),
         });
         for prefix in prefixes {
-            let revision = followed.list(storage.as_ref(), prefix).await?;
+            let revision = followed.list(storage.as_ref(), &values, prefix).await?;
             tasks.spawn(followed.clone().follow(
                 storage.clone(),
+                values.clone(),
                 prefix,
                 revision,
                 shutdown.clone(),
@@ -68,23 +76,28 @@ impl<T: Follows> Followed<T> {
     }
 
     /// Replaces what the state holds under `prefix` with the store's; returns the revision read.
-    async fn list(&self, storage: &dyn Storage, prefix: &str) -> rudder_storage::Result<i64> {
+    async fn list(
+        &self,
+        storage: &dyn Storage,
+        values: &Values,
+        prefix: &str,
+    ) -> rudder_storage::Result<i64> {
         let listed = storage
             .range(RangeRequest::new(KeyRange::prefix(
                 prefix.as_bytes().to_vec(),
             )))
             .await?;
-        let keys: Vec<String> = listed
+        let decoded: Vec<(String, Option<Value>)> = listed
             .kvs
             .iter()
-            .map(|kv| String::from_utf8_lossy(&kv.key).into_owned())
+            .map(|kv| decode(values, &kv.key, &kv.value))
             .collect();
         self.write(|state| {
             state.clear(prefix);
             state.apply_all(
-                keys.iter()
-                    .zip(&listed.kvs)
-                    .map(|(key, kv)| (key.as_str(), Some(kv.value.as_slice()))),
+                decoded
+                    .iter()
+                    .map(|(key, object)| (key.as_str(), object.as_ref())),
             );
         });
         Ok(listed.revision)
@@ -94,6 +107,7 @@ impl<T: Follows> Followed<T> {
     async fn follow(
         self: Arc<Self>,
         storage: Arc<dyn Storage>,
+        values: Arc<Values>,
         prefix: &'static str,
         mut revision: i64,
         shutdown: CancellationToken,
@@ -108,20 +122,25 @@ impl<T: Follows> Followed<T> {
                         batch = stream.next() => batch,
                     };
                     let Some(Ok(batch)) = batch else { break };
-                    let keys: Vec<String> = batch
+                    let decoded: Vec<(String, Option<Value>)> = batch
                         .events
                         .iter()
-                        .map(|event| String::from_utf8_lossy(&event.kv.key).into_owned())
+                        .map(|event| match event.kind {
+                            EventKind::Put => decode(&values, &event.kv.key, &event.kv.value),
+                            EventKind::Delete => {
+                                (String::from_utf8_lossy(&event.kv.key).into_owned(), None)
+                            }
+                        })
                         .collect();
                     for event in &batch.events {
                         revision = revision.max(event.kv.mod_revision);
                     }
                     self.write(|state| {
-                        state.apply_all(keys.iter().zip(&batch.events).map(|(key, event)| {
-                            let value =
-                                (event.kind == EventKind::Put).then_some(event.kv.value.as_slice());
-                            (key.as_str(), value)
-                        }));
+                        state.apply_all(
+                            decoded
+                                .iter()
+                                .map(|(key, object)| (key.as_str(), object.as_ref())),
+                        );
                     });
                     revision = revision.max(batch.revision);
                 }
@@ -131,10 +150,24 @@ impl<T: Follows> Followed<T> {
                 () = shutdown.cancelled() => return,
                 () = tokio::time::sleep(RELIST_DELAY) => {}
             }
-            match self.list(storage.as_ref(), prefix).await {
+            match self.list(storage.as_ref(), &values, prefix).await {
                 Ok(listed) => revision = listed,
                 Err(error) => tracing::warn!(prefix, %error, "listing for an authorizer failed"),
             }
         }
     }
+}
+
+/// A stored value as an object; a value that cannot be read counts as absent (and is logged).
+fn decode(values: &Values, key: &[u8], bytes: &[u8]) -> (String, Option<Value>) {
+    let name = String::from_utf8_lossy(key).into_owned();
+    let object = match values.decode_key(key, bytes) {
+        Some(Ok(object)) => Some(object),
+        Some(Err(error)) => {
+            tracing::warn!(key = name, %error, "a value an authorizer follows cannot be read; ignored");
+            None
+        }
+        None => serde_json::from_slice(bytes).ok(),
+    };
+    (name, object)
 }

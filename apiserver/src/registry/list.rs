@@ -6,6 +6,7 @@ use rudder_storage::{KeyRange, RangeRequest};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::cache::Wanted;
 use super::keys::collection_prefix;
 use super::object;
 use super::Registry;
@@ -35,7 +36,7 @@ struct ContinueToken {
 
 const TOKEN_VERSION: &str = "meta.k8s.io/v1";
 
-fn encode_continue(revision: i64, start: &str) -> String {
+pub(super) fn encode_continue(revision: i64, start: &str) -> String {
     let token = ContinueToken {
         v: TOKEN_VERSION.into(),
         rv: revision,
@@ -140,6 +141,23 @@ pub(super) fn list_prefix(
     collection_prefix(info, namespace)
 }
 
+/// What a LIST asks the watch cache for, or `None` when only the store can answer it (an
+/// `Exact` resourceVersion; one that does not parse gets its 400 from the store's path).
+fn cache_read(prefix: &[u8], options: &ListOptions) -> Result<Option<Wanted>> {
+    if let Some(token) = &options.continue_token {
+        let (revision, start) = decode_continue(token)?;
+        let mut key = prefix.to_vec();
+        key.extend_from_slice(start.as_bytes());
+        return Ok(Some(Wanted::Continue(revision, key)));
+    }
+    Ok(match options.resource_version.as_deref() {
+        None | Some("") => Some(Wanted::Consistent),
+        Some("0") if options.version_match != VersionMatch::Exact => Some(Wanted::Any),
+        Some(_) if options.version_match == VersionMatch::Exact => None,
+        Some(version) => version.parse().ok().map(Wanted::NotOlderThan),
+    })
+}
+
 impl Registry {
     /// Waits (briefly) until the store has reached `revision`, as upstream's watch cache does
     /// for a NotOlderThan read; then answers 504 "Too large resource version".
@@ -170,12 +188,22 @@ impl Registry {
     #[tracing::instrument(level = "debug", name = "registry.list", skip_all, fields(resource = info.plural, namespace))]
     pub async fn list(
         &self,
-        info: &ResourceInfo,
+        info: &'static ResourceInfo,
         namespace: Option<&str>,
         options: &ListOptions,
     ) -> Result<ListResult> {
         let filter = Filter::new(info, options)?;
         let prefix = list_prefix(info, namespace, &filter);
+        if let Some(cache) = &self.cache {
+            if let Some(wanted) = cache_read(&prefix, options)? {
+                if let Some(listed) = cache
+                    .list(info, &prefix, &filter, wanted, options.limit)
+                    .await
+                {
+                    return Ok(listed);
+                }
+            }
+        }
         let end = rudder_storage::prefix_end(&prefix);
         let (mut revision, mut start) = match &options.continue_token {
             Some(token) => {
@@ -204,6 +232,7 @@ impl Registry {
             (Some(limit), false) => limit.saturating_add(1).max(FILTERED_BATCH),
             (None, _) => 0,
         };
+        let reader = self.values.reader(info);
         let mut items = Vec::new();
         let mut continue_from: Option<Vec<u8>> = None;
         let mut remaining = None;
@@ -235,10 +264,14 @@ impl Registry {
                     }
                     break;
                 }
-                let object = object::from_stored(&kv.value, kv.mod_revision)
-                    .map(|object| info.strategy.stored_to_api(object))
+                let object = reader
+                    .decode(&kv.key, &kv.value)
+                    .map(|object| {
+                        info.strategy
+                            .stored_to_api(object::with_resource_version(object, kv.mod_revision))
+                    })
                     .map_err(|error| {
-                        ApiError::internal(format!("stored object is not JSON: {error}"))
+                        ApiError::internal(format!("reading a stored object: {error}"))
                     })?;
                 if filter.matches(&object) {
                     items.push(object);

@@ -12,6 +12,7 @@
 //! ```
 
 mod allocator;
+mod cache;
 pub mod cluster_info;
 mod decoded;
 mod keys;
@@ -40,6 +41,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::catalog::{ResourceInfo, Subresource};
 use crate::request::FieldValidation;
+use crate::values::Values;
 
 /// What a request addresses: a resource, and in it a namespace, an object and a subresource.
 #[derive(Clone, Copy, Debug)]
@@ -99,6 +101,10 @@ pub struct Registry {
     shutdown: CancellationToken,
     /// Storage events decoded once for all watches.
     decoded: Arc<decoded::Decoded>,
+    /// How objects become stored values and back (codec, encryption at rest).
+    values: Arc<Values>,
+    /// Lists served from memory (`None`: `--watch-cache=false`, every read goes to the store).
+    cache: Option<Arc<cache::WatchCache>>,
 }
 
 impl Registry {
@@ -110,7 +116,32 @@ impl Registry {
             tasks: TaskTracker::new(),
             shutdown: CancellationToken::new(),
             decoded: Arc::default(),
+            values: Arc::default(),
+            cache: None,
         }
+    }
+
+    /// The same store serving lists from a watch cache (started per resource on first use,
+    /// its feeding watches on the registry's tasks — so call after [`Registry::with_tasks`]
+    /// and [`Registry::with_values`]).
+    pub fn with_watch_cache(mut self) -> Self {
+        self.cache = Some(Arc::new(cache::WatchCache::new(
+            self.storage.clone(),
+            self.values.clone(),
+            self.tasks.clone(),
+            self.shutdown.clone(),
+        )));
+        self
+    }
+
+    /// The same store writing and reading values through `values`.
+    pub fn with_values(mut self, values: Arc<Values>) -> Self {
+        self.values = values;
+        self
+    }
+
+    pub fn values(&self) -> &Arc<Values> {
+        &self.values
     }
 
     /// The same store with `admission` as its chain.

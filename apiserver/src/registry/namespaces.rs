@@ -332,8 +332,12 @@ impl rudder_admission::ObjectReader for StoredNamespaces {
         let Some(info) = catalog::find(group, version, plural) else {
             return Ok(Vec::new());
         };
+        // As upstream's admission plugins read their listers: whatever the watch cache holds
+        // (`resourceVersion=0`), not a consistent read that waits for the store on every pod.
+        let mut options = crate::request::ListOptions::everything();
+        options.resource_version = Some("0".into());
         registry
-            .list(info, None, &crate::request::ListOptions::everything())
+            .list(info, None, &options)
             .await
             .map(|listed| listed.items)
             .map_err(read_failed)

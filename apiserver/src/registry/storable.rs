@@ -10,6 +10,7 @@ use crate::catalog::ResourceInfo;
 use crate::error::{ApiError, Cause, Result};
 use crate::limits::{depth, MAX_KEY_BYTES, MAX_OBJECT_DEPTH, MAX_STORED_VALUE_BYTES};
 use crate::validation::FieldError;
+use crate::values::Values;
 
 /// Refuses a key longer than [`MAX_KEY_BYTES`] (422 on `metadata.name`, the part a client
 /// chose).
@@ -31,10 +32,16 @@ pub(super) fn check_key(info: &ResourceInfo, key: &[u8], name: &str) -> Result<(
     ))
 }
 
-/// The stored form of `object` (see `object::to_stored`) under `key`, refused when it nests
-/// deeper than [`MAX_OBJECT_DEPTH`] (422) or, with its key, takes more than
-/// [`MAX_STORED_VALUE_BYTES`] (413).
-pub(super) fn encode(info: &ResourceInfo, key: &[u8], object: &Value) -> Result<Vec<u8>> {
+/// The stored value of `object` under `key` (its stored form, see `object::for_storage`,
+/// through the codec and encryption of `values`), refused when it nests deeper than
+/// [`MAX_OBJECT_DEPTH`] (422) or, with its key, takes more than [`MAX_STORED_VALUE_BYTES`]
+/// (413).
+pub(super) fn encode(
+    values: &Values,
+    info: &ResourceInfo,
+    key: &[u8],
+    object: &Value,
+) -> Result<Vec<u8>> {
     let name = object::name(object);
     let depth = depth(object);
     if depth > MAX_OBJECT_DEPTH {
@@ -52,8 +59,9 @@ pub(super) fn encode(info: &ResourceInfo, key: &[u8], object: &Value) -> Result<
         ));
     }
     let stored_form = info.strategy.api_to_stored(object);
-    let value = object::to_stored(stored_form.as_ref())
-        .map_err(|error| ApiError::internal(format!("encoding object: {error}")))?;
+    let value = values
+        .encode(info, key, &object::for_storage(stored_form.as_ref()))
+        .map_err(|error| ApiError::internal(format!("encoding object for storage: {error}")))?;
     let size = key.len() + value.len();
     if size > MAX_STORED_VALUE_BYTES {
         return Err(ApiError::too_large(format!(
@@ -84,10 +92,10 @@ mod tests {
         let revisions = catalog::find("apps", "v1", "controllerrevisions").expect("served");
         let mut ok = json!({"metadata": {"name": "r"}});
         ok["data"] = nested(MAX_OBJECT_DEPTH - 2);
-        assert!(encode(revisions, b"/k", &ok).is_ok());
+        assert!(encode(&Values::default(), revisions, b"/k", &ok).is_ok());
         let mut deep = json!({"metadata": {"name": "r"}});
         deep["data"] = nested(MAX_OBJECT_DEPTH);
-        let error = encode(revisions, b"/k", &deep).expect_err("too deep");
+        let error = encode(&Values::default(), revisions, b"/k", &deep).expect_err("too deep");
         assert_eq!((error.code, error.reason), (422, Reason::Invalid));
     }
 
@@ -97,7 +105,8 @@ mod tests {
         let data = "x".repeat(MAX_STORED_VALUE_BYTES - 100);
         let big = json!({"metadata": {"name": "c"}, "data": {"k": data}});
         let key = [b'k'; 200];
-        let error = encode(configmaps, &key, &big).expect_err("too large with its key");
+        let error =
+            encode(&Values::default(), configmaps, &key, &big).expect_err("too large with its key");
         assert_eq!(
             (error.code, error.reason),
             (413, Reason::RequestEntityTooLarge)

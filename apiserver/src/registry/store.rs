@@ -92,9 +92,14 @@ impl Registry {
         let Some(kv) = self.storage.get(&key, 0).await? else {
             return Ok(None);
         };
-        let object = object::from_stored(&kv.value, kv.mod_revision)
-            .map(|object| info.strategy.stored_to_api(object))
-            .map_err(|error| ApiError::internal(format!("stored object is not JSON: {error}")))?;
+        let object = self
+            .values
+            .decode(info, &key, &kv.value)
+            .map(|object| {
+                info.strategy
+                    .stored_to_api(object::with_resource_version(object, kv.mod_revision))
+            })
+            .map_err(|error| ApiError::internal(format!("reading the stored object: {error}")))?;
         Ok(Some(Stored {
             object,
             mod_revision: kv.mod_revision,
@@ -172,7 +177,7 @@ impl Registry {
             let name = object::name(&object).to_string();
             let key = object_key(info, namespace, &name);
             let checked = storable::check_key(info, &key, &name)
-                .and_then(|()| storable::encode(info, &key, &object));
+                .and_then(|()| storable::encode(&self.values, info, &key, &object));
             let value = match checked {
                 Ok(value) => value,
                 Err(error) => {
@@ -302,7 +307,7 @@ impl Registry {
                 );
             }
             let key = object_key(info, namespace, name);
-            let value = storable::encode(info, &key, &object)?;
+            let value = storable::encode(&self.values, info, &key, &object)?;
             if write.dry_run {
                 return Ok(Written {
                     object: object::with_resource_version(object, revision),
@@ -395,7 +400,12 @@ impl Registry {
                 }
                 match self
                     .storage
-                    .update(&key, &storable::encode(info, &key, &marked)?, revision, 0)
+                    .update(
+                        &key,
+                        &storable::encode(&self.values, info, &key, &marked)?,
+                        revision,
+                        0,
+                    )
                     .await?
                 {
                     UpdateOutcome::Updated { revision } => {
@@ -434,7 +444,7 @@ impl Registry {
     #[tracing::instrument(level = "debug", name = "registry.delete_collection", skip_all, fields(resource = info.plural, namespace))]
     pub async fn delete_collection(
         &self,
-        info: &ResourceInfo,
+        info: &'static ResourceInfo,
         namespace: Option<&str>,
         label_selector: &str,
         field_selector: &str,

@@ -24,6 +24,7 @@ use crate::catalog::ResourceInfo;
 use crate::error::{ApiError, Result};
 use crate::limits::encoded_len;
 use crate::request::ListOptions;
+use crate::values::Reader;
 
 /// How often a watch that allows bookmarks gets one.
 const BOOKMARK_INTERVAL: Duration = Duration::from_secs(30);
@@ -291,10 +292,11 @@ impl Registry {
                                 }
                                 continue;
                             }
+                            let reader = registry.values.reader(info);
                             for event in batch.events {
                                 last_revision = last_revision.max(event.kv.mod_revision);
                                 let cost = event.kv.value.len();
-                                if let Some(out) = translate(&filter, &registry.decoded, event) {
+                                if let Some(out) = translate(&filter, &reader, &registry.decoded, event) {
                                     outbox.send(out, cost).await?;
                                 }
                             }
@@ -320,6 +322,7 @@ impl Registry {
 /// Objects are decoded once for all watches ([`Decoded`]) and copied only when they match.
 fn translate(
     filter: &Filter,
+    reader: &Reader,
     decoded: &Decoded,
     event: rudder_storage::Event,
 ) -> Option<WatchEvent> {
@@ -328,9 +331,17 @@ fn translate(
     let view = filter.strategy as *const dyn crate::kinds::Strategy as *const () as usize;
     let decode = |kv: &rudder_storage::KeyValue| {
         decoded.get_or_decode(view, &kv.key, kv.mod_revision, revision, || {
-            object::from_stored(&kv.value, revision)
-                .ok()
-                .map(|object| filter.strategy.stored_to_api(object))
+            match reader.decode(&kv.key, &kv.value) {
+                Ok(object) => Some(
+                    filter
+                        .strategy
+                        .stored_to_api(object::with_resource_version(object, revision)),
+                ),
+                Err(error) => {
+                    tracing::warn!(key = %String::from_utf8_lossy(&kv.key), %error, "a watched value cannot be read; the event is skipped");
+                    None
+                }
+            }
         })
     };
     let old = event.prev_kv.as_ref().and_then(decode);

@@ -115,9 +115,9 @@ impl NodeGraph {
         }
     }
 
-    fn insert(&mut self, key: &str, value: &[u8]) {
+    fn insert(&mut self, key: &str, value: &serde_json::Value) {
         self.remove(key);
-        let Ok(pod) = serde_json::from_slice::<Pod>(value) else {
+        let Ok(pod) = <Pod as serde::Deserialize>::deserialize(value) else {
             return;
         };
         let Some(spec) = &pod.spec else { return };
@@ -168,7 +168,10 @@ impl Follows for NodeGraph {
         }
     }
 
-    fn apply_all<'a>(&mut self, changes: impl IntoIterator<Item = (&'a str, Option<&'a [u8]>)>) {
+    fn apply_all<'a>(
+        &mut self,
+        changes: impl IntoIterator<Item = (&'a str, Option<&'a serde_json::Value>)>,
+    ) {
         for (key, value) in changes {
             match value {
                 Some(value) => self.insert(key, value),
@@ -205,8 +208,7 @@ mod tests {
             },
         });
         let mut graph = NodeGraph::default();
-        let bytes = pod.to_string();
-        graph.apply_all([("/registry/pods/a/web", Some(bytes.as_bytes()))]);
+        graph.apply_all([("/registry/pods/a/web", Some(&pod))]);
         for (what, name) in [
             (Used::Secret, "pull"),
             (Used::Secret, "env-secret"),
@@ -227,8 +229,7 @@ mod tests {
         // Unbound, then gone: nothing is used.
         let mut unbound = pod.clone();
         unbound["spec"]["nodeName"] = json!(null);
-        let bytes = unbound.to_string();
-        graph.apply_all([("/registry/pods/a/web", Some(bytes.as_bytes()))]);
+        graph.apply_all([("/registry/pods/a/web", Some(&unbound))]);
         assert!(!graph.uses("n1", "a", Used::Secret, "pull"));
         graph.apply_all([("/registry/pods/a/web", None)]);
         assert!(!graph.runs("n1", "a", "web"));

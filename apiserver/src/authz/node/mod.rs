@@ -41,10 +41,11 @@ impl NodeAuthorizer {
     /// Lists the pods and follows them until `shutdown`.
     pub async fn start(
         storage: Arc<dyn Storage>,
+        values: Arc<crate::values::Values>,
         tasks: &TaskTracker,
         shutdown: CancellationToken,
     ) -> rudder_storage::Result<Self> {
-        let graph = Followed::start(storage, &[PODS], tasks, shutdown).await?;
+        let graph = Followed::start(storage, values, &[PODS], tasks, shutdown).await?;
         Ok(Self { graph })
     }
 

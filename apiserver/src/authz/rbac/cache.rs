@@ -9,6 +9,7 @@ use tokio_util::task::TaskTracker;
 
 use super::{Policy, CLUSTER_ROLES, CLUSTER_ROLE_BINDINGS, ROLES, ROLE_BINDINGS};
 use crate::authz::follow::{Followed, Follows};
+use crate::values::Values;
 
 /// The policy, shared by the authorizer and the watches that keep it current.
 pub type PolicyCache = Followed<Policy>;
@@ -20,7 +21,10 @@ impl Follows for Policy {
         Policy::clear(self, prefix);
     }
 
-    fn apply_all<'a>(&mut self, changes: impl IntoIterator<Item = (&'a str, Option<&'a [u8]>)>) {
+    fn apply_all<'a>(
+        &mut self,
+        changes: impl IntoIterator<Item = (&'a str, Option<&'a serde_json::Value>)>,
+    ) {
         Policy::apply_all(self, changes);
     }
 }
@@ -28,8 +32,9 @@ impl Follows for Policy {
 /// Lists the RBAC objects and keeps them current until `shutdown`.
 pub async fn start(
     storage: Arc<dyn Storage>,
+    values: Arc<Values>,
     tasks: &TaskTracker,
     shutdown: CancellationToken,
 ) -> rudder_storage::Result<Arc<PolicyCache>> {
-    PolicyCache::start(storage, PREFIXES, tasks, shutdown).await
+    PolicyCache::start(storage, values, PREFIXES, tasks, shutdown).await
 }

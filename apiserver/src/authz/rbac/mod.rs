@@ -43,8 +43,8 @@ pub struct Policy {
     role_bindings: HashMap<String, HashMap<String, RoleBinding>>,
 }
 
-fn parse<T: DeserializeOwned>(key: &str, value: &[u8]) -> Option<T> {
-    match serde_json::from_slice(value) {
+fn parse<T: DeserializeOwned>(key: &str, value: &serde_json::Value) -> Option<T> {
+    match T::deserialize(value) {
         Ok(object) => Some(object),
         Err(error) => {
             tracing::warn!(key, %error, "an RBAC object in the store does not parse; ignored");
@@ -56,7 +56,7 @@ fn parse<T: DeserializeOwned>(key: &str, value: &[u8]) -> Option<T> {
 impl Policy {
     /// Applies the store's state of `key` (`None`: deleted). Keys outside the four RBAC
     /// prefixes are ignored.
-    pub fn apply(&mut self, key: &str, value: Option<&[u8]>) {
+    pub fn apply(&mut self, key: &str, value: Option<&serde_json::Value>) {
         if self.apply_one(key, value) {
             self.aggregate();
         }
@@ -65,7 +65,7 @@ impl Policy {
     /// Applies several changes, resolving aggregation once at the end.
     pub fn apply_all<'a>(
         &mut self,
-        changes: impl IntoIterator<Item = (&'a str, Option<&'a [u8]>)>,
+        changes: impl IntoIterator<Item = (&'a str, Option<&'a serde_json::Value>)>,
     ) {
         let mut roles_changed = false;
         for (key, value) in changes {
@@ -77,7 +77,7 @@ impl Policy {
     }
 
     /// Applies one change; true when it was a ClusterRole's.
-    fn apply_one(&mut self, key: &str, value: Option<&[u8]>) -> bool {
+    fn apply_one(&mut self, key: &str, value: Option<&serde_json::Value>) -> bool {
         if let Some(name) = key.strip_prefix(CLUSTER_ROLES) {
             match value.and_then(|value| parse(key, value)) {
                 Some(role) => self.cluster_roles.insert(name.to_string(), role),
@@ -368,7 +368,7 @@ mod tests {
     fn policy(objects: &[(&str, serde_json::Value)]) -> Policy {
         let mut policy = Policy::default();
         for (key, value) in objects {
-            policy.apply(key, Some(value.to_string().as_bytes()));
+            policy.apply(key, Some(value));
         }
         policy
     }

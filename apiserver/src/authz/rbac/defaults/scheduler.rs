@@ -159,7 +159,7 @@ mod tests {
                 ),
                 None => format!("{prefix}{}", meta["name"].as_str().unwrap_or("")),
             };
-            policy.apply(&key, Some(object.to_string().as_bytes()));
+            policy.apply(&key, Some(&object));
         }
         policy
     }

@@ -1,0 +1,620 @@
+//! The watch cache: per resource, the current objects held in memory, fed by one storage
+//! watch, from which LISTs and the initial state of watches are served without reading the
+//! store — as kube-apiserver's cacher does.
+//!
+//! - A cacher starts on a resource's first LIST or WATCH: it lists the prefix (paged, at one
+//!   revision), then follows it with one watch. Its revision is the store's revision as far as
+//!   that watch has seen it; progress requests move it on when nothing under the prefix
+//!   changes.
+//! - `resourceVersion=0` is served at once; `resourceVersion=N` (NotOlderThan) once the
+//!   cache has reached N; a LIST without resourceVersion is a **consistent read** (KEP-2340):
+//!   the store's current revision is asked for, then the cache is waited for until it has
+//!   caught up, so it sees every write acknowledged before it.
+//! - Objects sit in a persistent ordered map (cloning it is O(1)), so a LIST takes a snapshot
+//!   and releases the lock at once; a paged LIST keeps its snapshot for a while, keyed by
+//!   revision, and the continue pages of that list are served from it (KEP-4988). A page
+//!   whose snapshot is gone, an `Exact` resourceVersion, or a cache that cannot catch up in
+//!   time falls back to the store, which serves any revision it still has.
+//! - A watch that ends (compaction, a store restart) makes the cacher list again.
+//! - Kinds shown by one API in another API's stored form (events.k8s.io Events) are not
+//!   cached; `--watch-cache=false` turns the cache off.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use imbl::OrdMap;
+use rudder_storage::{EventKind, KeyRange, RangeRequest, Storage, WatchRequest};
+use tokio::sync::{watch, Notify};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::decoded::Object;
+use super::list::{encode_continue, Filter, ListResult};
+use super::object;
+use crate::catalog::{self, ResourceInfo};
+use crate::values::Values;
+
+/// Rows read per page while a cacher lists its prefix.
+const LIST_PAGE: i64 = 1000;
+/// How long a read waits for the cache to reach a revision before the store answers it.
+const FRESHNESS_WAIT: Duration = Duration::from_secs(3);
+/// How long a paged list's snapshot serves its continue pages.
+const SNAPSHOT_TTL: Duration = Duration::from_secs(75);
+/// Snapshots kept per resource.
+const MAX_SNAPSHOTS: usize = 16;
+/// How long a cacher waits before listing again after its watch failed.
+const RELIST_DELAY: Duration = Duration::from_secs(1);
+
+type Objects = OrdMap<Vec<u8>, Arc<Object>>;
+
+/// The caches of every resource read so far.
+pub struct WatchCache {
+    storage: Arc<dyn Storage>,
+    values: Arc<Values>,
+    tasks: TaskTracker,
+    shutdown: CancellationToken,
+    cachers: Mutex<HashMap<&'static str, Arc<Cacher>>>,
+}
+
+/// One resource's cache.
+struct Cacher {
+    prefix: Vec<u8>,
+    state: RwLock<State>,
+    /// The cache's revision (0 until the first list is in).
+    revision: watch::Sender<i64>,
+    /// Asks the feeding task for a progress notification.
+    progress: Notify,
+}
+
+#[derive(Default)]
+struct State {
+    objects: Objects,
+    revision: i64,
+    /// Paged lists' snapshots, newest last.
+    snapshots: VecDeque<(i64, Instant, Objects)>,
+}
+
+/// How a LIST names the revision it wants.
+pub(super) enum Wanted {
+    /// `resourceVersion=0`: whatever the cache holds.
+    Any,
+    /// `resourceVersion=N`, not older than N.
+    NotOlderThan(i64),
+    /// No resourceVersion: everything acknowledged before the request.
+    Consistent,
+    /// A continue token's revision and start key.
+    Continue(i64, Vec<u8>),
+}
+
+impl WatchCache {
+    pub fn new(
+        storage: Arc<dyn Storage>,
+        values: Arc<Values>,
+        tasks: TaskTracker,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self {
+            storage,
+            values,
+            tasks,
+            shutdown,
+            cachers: Mutex::default(),
+        }
+    }
+
+    /// Whether `info`'s objects are cached (stored, and shown as stored).
+    fn caches(info: &ResourceInfo) -> bool {
+        info.is_stored() && catalog::storage_owner(info) == (info.group, info.plural)
+    }
+
+    /// The cacher of `info`, started on first use.
+    fn cacher(&self, info: &'static ResourceInfo) -> Option<Arc<Cacher>> {
+        if !Self::caches(info) {
+            return None;
+        }
+        let mut cachers = self.cachers.lock().ok()?;
+        if let Some(cacher) = cachers.get(info.storage_prefix) {
+            return Some(cacher.clone());
+        }
+        let cacher = Arc::new(Cacher {
+            prefix: format!("{}/", info.storage_prefix).into_bytes(),
+            state: RwLock::default(),
+            revision: watch::Sender::new(0),
+            progress: Notify::new(),
+        });
+        cachers.insert(info.storage_prefix, cacher.clone());
+        self.tasks.spawn(feed(
+            cacher.clone(),
+            info,
+            self.storage.clone(),
+            self.values.clone(),
+            self.shutdown.clone(),
+        ));
+        Some(cacher)
+    }
+
+    /// The store's revision now, as upstream learns it for a consistent read: a one-key
+    /// range (cheaper than the store's status), keys only.
+    async fn current_revision(&self, prefix: &[u8]) -> Option<i64> {
+        let probe = RangeRequest::new(KeyRange::key(prefix.to_vec()))
+            .keys_only()
+            .with_limit(1);
+        self.storage.range(probe).await.ok().map(|r| r.revision)
+    }
+
+    /// A LIST of `prefix` (a collection or one namespace's part of it) from the cache, or
+    /// `None` when the store must answer it.
+    pub(super) async fn list(
+        &self,
+        info: &'static ResourceInfo,
+        prefix: &[u8],
+        filter: &Filter,
+        wanted: Wanted,
+        limit: Option<i64>,
+    ) -> Option<ListResult> {
+        let cacher = self.cacher(info)?;
+        let (objects, revision, start) = match wanted {
+            Wanted::Continue(revision, start) => {
+                let objects = cacher.snapshot_at(revision)?;
+                (objects, revision, start)
+            }
+            Wanted::Any => {
+                cacher.wait_for(1).await?;
+                let (objects, revision) = cacher.current();
+                (objects, revision, prefix.to_vec())
+            }
+            Wanted::NotOlderThan(minimum) => {
+                cacher.wait_for(minimum.max(1)).await?;
+                let (objects, revision) = cacher.current();
+                (objects, revision, prefix.to_vec())
+            }
+            Wanted::Consistent => {
+                let current = self.current_revision(prefix).await?;
+                cacher.wait_for(current.max(1)).await?;
+                let (objects, revision) = cacher.current();
+                (objects, revision, prefix.to_vec())
+            }
+        };
+        let end = rudder_storage::prefix_end(prefix);
+        let mut items = Vec::new();
+        let mut continue_token = None;
+        let mut remaining = None;
+        let mut range = objects.range(start..end);
+        for (key, object) in range.by_ref() {
+            if limit.is_some_and(|limit| items.len() as i64 >= limit) {
+                let relative = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
+                continue_token = Some(encode_continue(revision, &relative));
+                if filter.is_empty() {
+                    remaining = Some(1);
+                }
+                break;
+            }
+            if filter.matches_decoded(object) {
+                items.push(filter.strategy.stored_to_api(object.value.clone()));
+            }
+        }
+        if continue_token.is_some() {
+            if let Some(counted) = remaining.as_mut() {
+                *counted += range.count() as i64;
+            }
+            cacher.keep_snapshot(revision, objects);
+        }
+        Some(ListResult {
+            items,
+            resource_version: revision,
+            continue_token,
+            remaining_item_count: remaining,
+        })
+    }
+}
+
+impl Cacher {
+    fn current(&self) -> (Objects, i64) {
+        match self.state.read() {
+            Ok(state) => (state.objects.clone(), state.revision),
+            Err(poisoned) => {
+                let state = poisoned.into_inner();
+                (state.objects.clone(), state.revision)
+            }
+        }
+    }
+
+    fn write(&self, change: impl FnOnce(&mut State)) {
+        match self.state.write() {
+            Ok(mut state) => change(&mut state),
+            Err(poisoned) => change(&mut poisoned.into_inner()),
+        }
+    }
+
+    fn snapshot_at(&self, revision: i64) -> Option<Objects> {
+        let state = self.state.read().ok()?;
+        if state.revision == revision {
+            return Some(state.objects.clone());
+        }
+        state
+            .snapshots
+            .iter()
+            .find(|(at, taken, _)| *at == revision && taken.elapsed() < SNAPSHOT_TTL)
+            .map(|(_, _, objects)| objects.clone())
+    }
+
+    fn keep_snapshot(&self, revision: i64, objects: Objects) {
+        self.write(|state| {
+            if state.snapshots.iter().any(|(at, _, _)| *at == revision) {
+                return;
+            }
+            state
+                .snapshots
+                .retain(|(_, taken, _)| taken.elapsed() < SNAPSHOT_TTL);
+            if state.snapshots.len() >= MAX_SNAPSHOTS {
+                state.snapshots.pop_front();
+            }
+            state
+                .snapshots
+                .push_back((revision, Instant::now(), objects));
+        });
+    }
+
+    /// Waits until the cache has reached `revision`, asking the store for progress; `None`
+    /// when it does not within [`FRESHNESS_WAIT`].
+    async fn wait_for(&self, revision: i64) -> Option<()> {
+        let mut seen = self.revision.subscribe();
+        let deadline = tokio::time::Instant::now() + FRESHNESS_WAIT;
+        loop {
+            if *seen.borrow_and_update() >= revision {
+                return Some(());
+            }
+            self.progress.notify_one();
+            match tokio::time::timeout_at(deadline, seen.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return None,
+            }
+        }
+    }
+}
+
+/// Lists the prefix, then follows it, listing again whenever the watch ends.
+async fn feed(
+    cacher: Arc<Cacher>,
+    info: &'static ResourceInfo,
+    storage: Arc<dyn Storage>,
+    values: Arc<Values>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        // The watch starts first, from now, and the list after it: every change the list
+        // does not show arrives on the watch (those it shows are skipped). A watch from now
+        // is one the store reports exact progress for at once (etcd before 3.4.31 does not
+        // for a watch from the past until it has caught up).
+        let request = WatchRequest::new(KeyRange::prefix(cacher.prefix.clone()));
+        let started = tokio::select! {
+            () = shutdown.cancelled() => return,
+            started = storage.watch(request) => started,
+        };
+        let listed = match started {
+            Ok(stream) => tokio::select! {
+                () = shutdown.cancelled() => return,
+                listed = list_all(&cacher, info, storage.as_ref(), &values) => listed.map(|revision| (stream, revision)),
+            },
+            Err(error) => Err(error),
+        };
+        match listed {
+            Ok((stream, revision)) => {
+                follow(&cacher, info, &values, stream, revision, &shutdown).await;
+            }
+            Err(error) => {
+                tracing::warn!(resource = info.plural, %error, "the watch cache could not list or watch; trying again");
+            }
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(RELIST_DELAY) => {}
+        }
+    }
+}
+
+fn decode(info: &ResourceInfo, values: &Values, kv: &rudder_storage::KeyValue) -> Option<Object> {
+    match values.decode(info, &kv.key, &kv.value) {
+        Ok(object) => Some(Object::new(
+            info.strategy
+                .stored_to_api(object::with_resource_version(object, kv.mod_revision)),
+        )),
+        Err(error) => {
+            tracing::warn!(key = %String::from_utf8_lossy(&kv.key), %error, "a stored value cannot be read; the watch cache leaves it out");
+            None
+        }
+    }
+}
+
+/// Reads the whole prefix at one revision into the cache; returns that revision.
+async fn list_all(
+    cacher: &Cacher,
+    info: &ResourceInfo,
+    storage: &dyn Storage,
+    values: &Values,
+) -> rudder_storage::Result<i64> {
+    let end = rudder_storage::prefix_end(&cacher.prefix);
+    let mut start = cacher.prefix.clone();
+    let mut revision = 0;
+    let mut objects = Objects::new();
+    loop {
+        let response = storage
+            .range(
+                RangeRequest::new(KeyRange::between(start.clone(), end.clone()))
+                    .at_revision(revision)
+                    .with_limit(LIST_PAGE),
+            )
+            .await?;
+        if revision == 0 {
+            revision = response.revision;
+        }
+        let more = response.more;
+        for kv in &response.kvs {
+            if let Some(object) = decode(info, values, kv) {
+                objects.insert(kv.key.clone(), Arc::new(object));
+            }
+            start = kv.key.clone();
+            start.push(0);
+        }
+        if !more || response.kvs.is_empty() {
+            break;
+        }
+    }
+    cacher.write(|state| {
+        state.objects = objects;
+        state.revision = revision;
+        state.snapshots.clear();
+    });
+    cacher.revision.send_replace(revision);
+    Ok(revision)
+}
+
+/// Applies the prefix's changes after `listed` (the list's revision) until the watch ends.
+async fn follow(
+    cacher: &Cacher,
+    info: &ResourceInfo,
+    values: &Values,
+    mut stream: rudder_storage::WatchStream,
+    listed: i64,
+    shutdown: &CancellationToken,
+) {
+    loop {
+        let batch = tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = cacher.progress.notified() => {
+                stream.request_progress();
+                continue;
+            }
+            batch = stream.next() => batch,
+        };
+        let batch = match batch {
+            Some(Ok(batch)) => batch,
+            Some(Err(error)) => {
+                tracing::debug!(resource = info.plural, %error, "the watch cache's watch ended; listing again");
+                return;
+            }
+            None => return,
+        };
+        // Decoded outside the lock; applied in one write.
+        let changes: Vec<(Vec<u8>, Option<Object>, i64)> = batch
+            .events
+            .iter()
+            .filter(|event| event.kv.mod_revision > listed)
+            .map(|event| {
+                let object = match event.kind {
+                    EventKind::Put => decode(info, values, &event.kv),
+                    EventKind::Delete => None,
+                };
+                (event.kv.key.clone(), object, event.kv.mod_revision)
+            })
+            .collect();
+        let mut reached = batch.revision;
+        cacher.write(|state| {
+            for (key, object, revision) in changes {
+                reached = reached.max(revision);
+                match object {
+                    Some(object) => {
+                        state.objects.insert(key, Arc::new(object));
+                    }
+                    None => {
+                        state.objects.remove(&key);
+                    }
+                }
+            }
+            reached = reached.max(state.revision);
+            state.revision = reached;
+        });
+        cacher.revision.send_if_modified(|current| {
+            let moved = reached > *current;
+            *current = (*current).max(reached);
+            moved
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Input, Registry, Write};
+    use crate::catalog;
+    use crate::request::{FieldValidation, ListOptions, VersionMatch};
+    use serde_json::json;
+
+    async fn cached_registry() -> (
+        Registry,
+        std::sync::Arc<dyn rudder_storage::Storage>,
+        tempfile::TempDir,
+    ) {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let url = format!("sqlite://{}", dir.path().join("state.db").display());
+        let storage = rudder_storage::open(&url).await.expect("sqlite opens");
+        let cidr = super::super::Cidr::parse("10.96.0.0/12").expect("cidr");
+        let allocators = super::super::Allocators::new(storage.clone(), cidr, 30000..=32767);
+        let registry = Registry::new(
+            storage.clone(),
+            std::sync::Arc::new(rudder_admission::Chain::new()),
+            allocators,
+        )
+        .with_watch_cache();
+        (registry, storage, dir)
+    }
+
+    fn write() -> Write {
+        Write {
+            caller: Default::default(),
+            dry_run: false,
+            field_validation: FieldValidation::Strict,
+            field_manager: None,
+            managed_fields_set: false,
+        }
+    }
+
+    async fn create(registry: &Registry, name: &str) {
+        let configmaps = catalog::find("", "v1", "configmaps").expect("served");
+        let input = Input {
+            object: json!({"metadata": {"name": name, "namespace": "default"}, "data": {"n": name}}),
+            duplicate_fields: Vec::new(),
+        };
+        registry
+            .create(configmaps, Some("default"), input, &write())
+            .await
+            .expect("created");
+    }
+
+    fn names(items: &[serde_json::Value]) -> Vec<String> {
+        items
+            .iter()
+            .map(|item| item["metadata"]["name"].as_str().unwrap_or("").to_string())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_list_without_resource_version_sees_every_write_before_it() {
+        let (registry, storage, _dir) = cached_registry().await;
+        let configmaps = catalog::find("", "v1", "configmaps").expect("served");
+        let everything = ListOptions::everything();
+        assert!(registry
+            .list(configmaps, None, &everything)
+            .await
+            .expect("lists")
+            .items
+            .is_empty());
+        for (round, name) in ["a", "b", "c"].iter().enumerate() {
+            create(&registry, name).await;
+            let listed = registry
+                .list(configmaps, None, &everything)
+                .await
+                .expect("lists");
+            assert_eq!(listed.items.len(), round + 1, "{:?}", names(&listed.items));
+        }
+        // A write that bypasses the registry (another server on the store) is seen too.
+        let object = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": "d", "namespace": "default", "uid": "u"}});
+        storage
+            .create(
+                b"/registry/configmaps/default/d",
+                &serde_json::to_vec(&object).expect("json"),
+                0,
+            )
+            .await
+            .expect("raw create");
+        let listed = registry
+            .list(configmaps, Some("default"), &everything)
+            .await
+            .expect("lists");
+        assert_eq!(names(&listed.items), ["a", "b", "c", "d"]);
+        let status = storage.status().await.expect("status");
+        assert_eq!(listed.resource_version, status.revision);
+        // Deletes leave the cache at once as well.
+        storage
+            .delete(b"/registry/configmaps/default/a", None)
+            .await
+            .expect("raw delete");
+        let listed = registry
+            .list(configmaps, None, &everything)
+            .await
+            .expect("lists");
+        assert_eq!(names(&listed.items), ["b", "c", "d"]);
+    }
+
+    #[tokio::test]
+    async fn paged_lists_continue_from_their_snapshot() {
+        let (registry, _storage, _dir) = cached_registry().await;
+        let configmaps = catalog::find("", "v1", "configmaps").expect("served");
+        for name in ["a", "b", "c", "d", "e"] {
+            create(&registry, name).await;
+        }
+        let mut options = ListOptions::everything();
+        options.limit = Some(2);
+        let first = registry
+            .list(configmaps, None, &options)
+            .await
+            .expect("lists");
+        assert_eq!(names(&first.items), ["a", "b"]);
+        assert_eq!(first.remaining_item_count, Some(3));
+        // Writes after the first page do not show in its continuation.
+        create(&registry, "bb").await;
+        let mut seen = names(&first.items);
+        let mut token = first.continue_token;
+        while let Some(next) = token {
+            options.continue_token = Some(next);
+            let page = registry
+                .list(configmaps, None, &options)
+                .await
+                .expect("lists");
+            assert_eq!(page.resource_version, first.resource_version);
+            seen.extend(names(&page.items));
+            token = page.continue_token;
+        }
+        assert_eq!(seen, ["a", "b", "c", "d", "e"]);
+        options.continue_token = None;
+        options.limit = None;
+        let now = registry
+            .list(configmaps, None, &options)
+            .await
+            .expect("lists");
+        assert_eq!(now.items.len(), 6);
+    }
+
+    #[tokio::test]
+    async fn resource_versions_are_honoured_from_the_cache_or_the_store() {
+        let (registry, _storage, _dir) = cached_registry().await;
+        let configmaps = catalog::find("", "v1", "configmaps").expect("served");
+        create(&registry, "a").await;
+        let at_one = registry
+            .list(configmaps, None, &ListOptions::everything())
+            .await
+            .expect("lists")
+            .resource_version;
+        create(&registry, "b").await;
+        let mut options = ListOptions::everything();
+        options.resource_version = Some("0".into());
+        let any = registry
+            .list(configmaps, None, &options)
+            .await
+            .expect("lists");
+        assert_eq!(any.items.len(), 2, "the cache already holds both");
+        options.resource_version = Some(at_one.to_string());
+        options.version_match = VersionMatch::Exact;
+        let exact = registry
+            .list(configmaps, None, &options)
+            .await
+            .expect("lists");
+        assert_eq!(names(&exact.items), ["a"], "Exact is the store's");
+        assert_eq!(exact.resource_version, at_one);
+        options.version_match = VersionMatch::NotOlderThan;
+        let newer = registry
+            .list(configmaps, None, &options)
+            .await
+            .expect("lists");
+        assert_eq!(newer.items.len(), 2);
+        assert!(newer.resource_version > at_one);
+        options.resource_version = Some((newer.resource_version + 1000).to_string());
+        let error = registry
+            .list(configmaps, None, &options)
+            .await
+            .expect_err("too new");
+        assert_eq!(error.code, 504);
+    }
+}

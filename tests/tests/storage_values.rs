@@ -1,0 +1,387 @@
+//! What the store holds, checked on every driver by reading the raw values behind the API:
+//! built-in objects stored as protobuf in the `k8s\0` envelope (decoded here by `protoc` with
+//! the upstream `.proto` files, not by Rudder), Secrets encrypted at rest with an
+//! EncryptionConfiguration (unreadable raw, readable through kubectl and `rudder storage
+//! get`), keys rotated by reordering them and rewriting, and a malformed configuration
+//! refused at start with the field and line at fault.
+
+// Test code: a failed expectation is meant to panic.
+#![allow(clippy::unwrap_used)]
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use rudder_tests::{Kubectl, RudderServer};
+use serde_json::Value;
+
+const RUDDER: &str = env!("CARGO_BIN_EXE_rudder");
+const KEY1: &str = "c2VjcmV0IGlzIHNlY3VyZSwgaXMgaXQgc2VjdXJlPz8=";
+const KEY2: &str = "YW5vdGhlciBzZWNyZXQsIGFsc28gMzIgYnl0ZXMhISE=";
+
+fn config(keys: &[(&str, &str)]) -> String {
+    let keys: String = keys
+        .iter()
+        .map(|(name, secret)| {
+            format!("            - name: {name}\n              secret: {secret}\n")
+        })
+        .collect();
+    format!(
+        "apiVersion: apiserver.config.k8s.io/v1
+kind: EncryptionConfiguration
+resources:
+  - resources: [secrets]
+    providers:
+      - aesgcm:
+          keys:
+{keys}      - identity: {{}}
+"
+    )
+}
+
+async fn raw(url: &str, key: &str) -> Vec<u8> {
+    let store = rudder_storage::open(url).await.unwrap();
+    let kv = store.get(key.as_bytes(), 0).await.unwrap();
+    store.close().await;
+    kv.unwrap_or_else(|| panic!("{key} is not in the store"))
+        .value
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The `raw` field (2) of the `runtime.Unknown` after the `k8s\0` magic.
+fn unknown_raw(value: &[u8]) -> Vec<u8> {
+    let mut rest = value.strip_prefix(b"k8s\0").expect("protobuf magic");
+    let varint = |bytes: &mut &[u8]| {
+        let (mut n, mut shift) = (0usize, 0);
+        loop {
+            let b = bytes[0];
+            *bytes = &bytes[1..];
+            n |= ((b & 0x7f) as usize) << shift;
+            if b & 0x80 == 0 {
+                return n;
+            }
+            shift += 7;
+        }
+    };
+    while !rest.is_empty() {
+        let tag = varint(&mut rest);
+        assert_eq!(
+            tag & 7,
+            2,
+            "runtime.Unknown has only length-delimited fields"
+        );
+        let len = varint(&mut rest);
+        let (field, tail) = rest.split_at(len);
+        if tag >> 3 == 2 {
+            return field.to_vec();
+        }
+        rest = tail;
+    }
+    panic!("no raw field in the envelope")
+}
+
+/// `protoc --decode` of `bytes` as `message` with the upstream `.proto` files.
+fn protoc_decode(message: &str, proto: &str, bytes: &[u8]) -> String {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/apiserver/proto");
+    let mut child = Command::new("protoc")
+        .args([&format!("--decode={message}"), "-I", root, proto])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("protoc (protobuf-compiler) is installed by scripts/test.sh");
+    child.stdin.take().unwrap().write_all(bytes).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "protoc: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// `rudder storage get ARGS --storage URL`'s JSON output.
+fn storage_get(url: &str, args: &[&str]) -> Value {
+    let mut all = vec!["storage", "get", "--storage", url];
+    all.extend_from_slice(args);
+    let shown = rudder_tests::run(RUDDER, &all);
+    assert!(
+        shown.status.success(),
+        "{}",
+        String::from_utf8_lossy(&shown.stderr)
+    );
+    serde_json::from_slice(&shown.stdout).unwrap()
+}
+
+/// `kubectl get secrets -A -o json | kubectl replace -f -`: upstream's way to rewrite every
+/// Secret with the key that writes now.
+fn rewrite_secrets(server: &RudderServer) {
+    let listed = server.kubectl("1.33", &["get", "secrets", "-A", "-o", "json"]);
+    assert!(listed.status.success());
+    let mut replace = server
+        .kubectl_command("1.33")
+        .args(["replace", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    replace
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&listed.stdout)
+        .unwrap();
+    let output = replace.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+async fn stored_values(storage: String) {
+    let url = storage.as_str();
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = dir.path().join("encryption.yaml");
+    std::fs::write(&config_path, config(&[("key1", KEY1)])).unwrap();
+    let config_arg = config_path.to_str().unwrap();
+    let server = RudderServer::start_with_args(
+        RUDDER,
+        url,
+        &[
+            "--disable-controller-manager",
+            "--disable-scheduler",
+            "--encryption-provider-config",
+            config_arg,
+            "--encryption-provider-config-automatic-reload",
+            "--encryption-provider-config-reload-interval",
+            "1s",
+        ],
+    );
+    let k = Kubectl {
+        server: &server,
+        version: "1.33",
+        namespace: "vault".into(),
+    };
+    k.ok(&["create", "namespace", "vault"]);
+    k.ok_ns(&[
+        "create",
+        "secret",
+        "generic",
+        "db",
+        "--from-literal=password=hunter2",
+    ]);
+    k.ok_ns(&[
+        "create",
+        "configmap",
+        "settings",
+        "--from-literal=mode=fast",
+    ]);
+
+    // The Secret is sealed with the first key; neither its value nor its base64 shows.
+    let sealed = raw(url, "/registry/secrets/vault/db").await;
+    assert!(sealed.starts_with(b"k8s:enc:aesgcm:v1:key1:"), "{sealed:?}");
+    assert!(!contains(&sealed, b"hunter2") && !contains(&sealed, b"aHVudGVyMg=="));
+    assert!(!contains(&sealed, b"password"));
+    let secret = k.json(&["get", "secret", "db", "-o", "json"]);
+    assert_eq!(secret["data"]["password"], "aHVudGVyMg==");
+
+    // The ConfigMap is protobuf that upstream's .proto files decode to what kubectl shows.
+    let stored = raw(url, "/registry/configmaps/vault/settings").await;
+    assert!(stored.starts_with(b"k8s\0"), "{stored:?}");
+    let text = protoc_decode(
+        "k8s.io.api.core.v1.ConfigMap",
+        "k8s.io/api/core/v1/generated.proto",
+        &unknown_raw(&stored),
+    );
+    let served = k.json(&["get", "configmap", "settings", "-o", "json"]);
+    assert!(text.contains("name: \"settings\""), "{text}");
+    assert!(text.contains("namespace: \"vault\""), "{text}");
+    let uid = served["metadata"]["uid"].as_str().unwrap();
+    assert!(text.contains(&format!("uid: \"{uid}\"")), "{text}");
+    assert!(
+        text.contains("key: \"mode\"") && text.contains("value: \"fast\""),
+        "{text}"
+    );
+    let envelope = protoc_decode(
+        "k8s.io.apimachinery.pkg.runtime.Unknown",
+        "k8s.io/apimachinery/pkg/runtime/generated.proto",
+        &stored[4..],
+    );
+    assert!(envelope.contains("apiVersion: \"v1\"") && envelope.contains("kind: \"ConfigMap\""));
+
+    // `rudder storage get` decodes and decrypts what is stored.
+    let object = storage_get(
+        url,
+        &[
+            "/registry/secrets/vault/db",
+            "-o",
+            "json",
+            "--encryption-provider-config",
+            config_arg,
+        ],
+    );
+    assert_eq!(object["data"]["password"], "aHVudGVyMg==");
+    let object = storage_get(url, &["/registry/secrets/vault/db", "-o", "json"]);
+    assert!(
+        object["error"].as_str().unwrap().contains("encrypted"),
+        "{object}"
+    );
+    let listed = rudder_tests::run(
+        RUDDER,
+        &[
+            "storage",
+            "get",
+            "/registry/configmaps/vault/",
+            "--storage",
+            url,
+            "-o",
+            "yaml",
+        ],
+    );
+    let yaml = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        yaml.contains("# /registry/configmaps/vault/settings (protobuf)"),
+        "{yaml}"
+    );
+    assert!(yaml.contains("mode: fast"), "{yaml}");
+
+    // Rotation: key2 first (reloaded without a restart), rewrite, then key1 can go.
+    std::fs::write(&config_path, config(&[("key2", KEY2), ("key1", KEY1)])).unwrap();
+    let mut rotated = false;
+    for _ in 0..50 {
+        k.ok_ns(&["create", "secret", "generic", "probe", "--from-literal=a=b"]);
+        let probe = raw(url, "/registry/secrets/vault/probe").await;
+        k.ok_ns(&["delete", "secret", "probe"]);
+        if probe.starts_with(b"k8s:enc:aesgcm:v1:key2:") {
+            rotated = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(rotated, "the reordered configuration was not reloaded");
+    let before = raw(url, "/registry/secrets/vault/db").await;
+    assert!(
+        before.starts_with(b"k8s:enc:aesgcm:v1:key1:"),
+        "not rewritten yet"
+    );
+    assert_eq!(
+        k.json(&["get", "secret", "db", "-o", "json"])["data"]["password"],
+        "aHVudGVyMg=="
+    );
+    rewrite_secrets(&server);
+    let after = raw(url, "/registry/secrets/vault/db").await;
+    assert!(after.starts_with(b"k8s:enc:aesgcm:v1:key2:"), "{after:?}");
+    std::fs::write(&config_path, config(&[("key2", KEY2)])).unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        k.json(&["get", "secret", "db", "-o", "json"])["data"]["password"],
+        "aHVudGVyMg=="
+    );
+    let metrics = k.ok(&["get", "--raw", "/metrics"]);
+    assert!(
+        metrics.contains("apiserver_encryption_config_controller_automatic_reloads_total{")
+            && metrics.contains("status=\"success\""),
+        "{metrics}"
+    );
+    assert!(metrics.contains("apiserver_storage_transformation_operations_total{"));
+}
+
+rudder_tests::on_every_driver!(stored_values;
+    stored_values_on_sqlite => sqlite,
+    stored_values_on_postgres => postgres,
+    stored_values_on_etcd => etcd);
+
+/// Values written as JSON (before protobuf was the default, or with
+/// `--storage-media-type application/json`) stay readable, and are rewritten as protobuf by
+/// their next update.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_values_from_before_stay_readable_and_become_protobuf_on_update() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("state.db").display());
+    let json_server = RudderServer::start_with_args(
+        RUDDER,
+        &url,
+        &[
+            "--disable-controller-manager",
+            "--disable-scheduler",
+            "--storage-media-type",
+            "application/json",
+        ],
+    );
+    let k = Kubectl {
+        server: &json_server,
+        version: "1.33",
+        namespace: "default".into(),
+    };
+    k.ok_ns(&["create", "configmap", "old", "--from-literal=a=1"]);
+    let token = std::fs::read_to_string(json_server.data_dir().join("token")).unwrap();
+    drop(json_server);
+    assert!(raw(&url, "/registry/configmaps/default/old")
+        .await
+        .starts_with(b"{"));
+
+    let server = RudderServer::start_with_args(
+        RUDDER,
+        &url,
+        &[
+            "--disable-controller-manager",
+            "--disable-scheduler",
+            "--token",
+            token.trim(),
+        ],
+    );
+    let k = Kubectl {
+        server: &server,
+        version: "1.33",
+        namespace: "default".into(),
+    };
+    assert_eq!(k.jsonpath("configmap", "old", "{.data.a}"), "1");
+    k.ok_ns(&["label", "configmap", "old", "touched=yes"]);
+    assert!(raw(&url, "/registry/configmaps/default/old")
+        .await
+        .starts_with(b"k8s\0"));
+    assert_eq!(
+        k.jsonpath("configmap", "old", "{.metadata.labels.touched}"),
+        "yes"
+    );
+    assert_eq!(k.jsonpath("configmap", "old", "{.data.a}"), "1");
+}
+
+/// A malformed configuration stops the server at start, naming the field and line.
+#[test]
+fn a_malformed_encryption_configuration_stops_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("encryption.yaml");
+    std::fs::write(&path, config(&[("key1", "c2hvcnQ=")])).unwrap();
+    let storage = format!("sqlite://{}", dir.path().join("state.db").display());
+    let data = dir.path().join("data");
+    let output = rudder_tests::run(
+        RUDDER,
+        &[
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--disable-agent",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--storage",
+            &storage,
+            "--encryption-provider-config",
+            path.to_str().unwrap(),
+        ],
+    );
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("resources[0].providers[0].aesgcm.keys[0].secret"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("line 8"), "{stderr}");
+    assert!(stderr.contains("expected one of [16, 24, 32]"), "{stderr}");
+    assert!(!stderr.contains("c2hvcnQ="), "{stderr}");
+}
