@@ -579,7 +579,7 @@ async fn delete_collection(call: &Call<'_>, body: Body) -> Result<Response> {
         )
         .await?;
     let result = registry::ListResult {
-        items: deleted,
+        items: deleted.into_iter().map(registry::Listed::new).collect(),
         resource_version: 0,
         continue_token: None,
         remaining_item_count: None,

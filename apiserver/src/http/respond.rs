@@ -56,10 +56,10 @@ fn column_definitions(info: &ResourceInfo) -> Value {
 }
 
 /// A Table of objects.
-pub fn table(
+pub fn table<T: std::borrow::Borrow<Value>>(
     info: &ResourceInfo,
     version: &str,
-    objects: &[Value],
+    objects: &[T],
     list_meta: Value,
     include: IncludeObject,
     with_columns: bool,
@@ -67,7 +67,7 @@ pub fn table(
     let now = jiff::Timestamp::now();
     let rows: Vec<Value> = objects
         .iter()
-        .map(|object| row(info, object, include, now))
+        .map(|object| row(info, object.borrow(), include, now))
         .collect();
     json!({
         "kind": "Table",
@@ -142,6 +142,16 @@ pub fn object(
     }
 }
 
+/// A List as JSON writes it, borrowing its items.
+#[derive(serde::Serialize)]
+struct ListBody<'a> {
+    kind: String,
+    #[serde(rename = "apiVersion")]
+    api_version: String,
+    metadata: Value,
+    items: &'a [crate::registry::Listed],
+}
+
 /// A list, in the negotiated form.
 pub fn list(
     info: &ResourceInfo,
@@ -151,6 +161,25 @@ pub fn list(
 ) -> Response {
     let meta = list_meta(result);
     match output {
+        // JSON is written straight from the items (no copy of the whole list as one value
+        // first: at 10,000 pods that copy was a third of the LIST).
+        Output::Object(Format::Json) => {
+            let body = ListBody {
+                kind: info.list_kind(),
+                api_version: info.api_version(),
+                metadata: meta,
+                items: &result.items,
+            };
+            match serde_json::to_vec(&body) {
+                Ok(bytes) => (
+                    StatusCode::OK,
+                    [(http::header::CONTENT_TYPE, Format::Json.content_type())],
+                    bytes,
+                )
+                    .into_response(),
+                Err(error) => ApiError::internal(format!("encoding JSON: {error}")).into_response(),
+            }
+        }
         Output::Object(format) => {
             let body = json!({
                 "kind": info.list_kind(),
@@ -161,7 +190,11 @@ pub fn list(
             encoded(StatusCode::OK, format, &body, &[])
         }
         Output::Metadata(format) => {
-            let items: Vec<Value> = result.items.iter().map(partial_metadata).collect();
+            let items: Vec<Value> = result
+                .items
+                .iter()
+                .map(|item| partial_metadata(item))
+                .collect();
             let body = json!({
                 "kind": "PartialObjectMetadataList",
                 "apiVersion": "meta.k8s.io/v1",

@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::decoded::Object;
-use super::list::{encode_continue, Filter, ListResult};
+use super::list::{encode_continue, Filter, ListResult, Listed};
 use super::object;
 use crate::catalog::{self, ResourceInfo};
 use crate::values::Values;
@@ -192,7 +192,8 @@ impl WatchCache {
                 break;
             }
             if filter.matches_decoded(object) {
-                items.push(filter.strategy.stored_to_api(object.value.clone()));
+                // Cached kinds are shown as they are stored: the object itself is shared.
+                items.push(Listed::shared(object.clone()));
             }
         }
         if continue_token.is_some() {
@@ -482,7 +483,7 @@ mod tests {
             .expect("created");
     }
 
-    fn names(items: &[serde_json::Value]) -> Vec<String> {
+    fn names(items: &[super::Listed]) -> Vec<String> {
         items
             .iter()
             .map(|item| item["metadata"]["name"].as_str().unwrap_or("").to_string())

@@ -18,10 +18,56 @@ use crate::selectors::{self, FieldSelector, FieldSet, LabelSelector};
 /// Rows read from storage per round trip when selectors filter a page.
 const FILTERED_BATCH: i64 = 500;
 
+/// One object of a list: shared with the watch cache when it came from there (a LIST of
+/// 10,000 pods copies none of them), serialized as the object itself.
+#[derive(Clone)]
+pub struct Listed(std::sync::Arc<super::decoded::Object>);
+
+impl Listed {
+    pub fn new(object: Value) -> Self {
+        Self(std::sync::Arc::new(super::decoded::Object::new(object)))
+    }
+
+    pub(super) fn shared(object: std::sync::Arc<super::decoded::Object>) -> Self {
+        Self(object)
+    }
+
+    /// The object, copied only when the cache still holds it.
+    pub fn into_value(self) -> Value {
+        super::decoded::Object::into_value(self.0)
+    }
+}
+
+impl std::ops::Deref for Listed {
+    type Target = Value;
+
+    fn deref(&self) -> &Value {
+        &self.0.value
+    }
+}
+
+impl std::borrow::Borrow<Value> for Listed {
+    fn borrow(&self) -> &Value {
+        &self.0.value
+    }
+}
+
+impl Serialize for Listed {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.value.serialize(serializer)
+    }
+}
+
+impl std::fmt::Debug for Listed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.value.fmt(f)
+    }
+}
+
 /// One page of a list.
 #[derive(Clone, Debug)]
 pub struct ListResult {
-    pub items: Vec<Value>,
+    pub items: Vec<Listed>,
     pub resource_version: i64,
     pub continue_token: Option<String>,
     pub remaining_item_count: Option<i64>,
@@ -274,7 +320,7 @@ impl Registry {
                         ApiError::internal(format!("reading a stored object: {error}"))
                     })?;
                 if filter.matches(&object) {
-                    items.push(object);
+                    items.push(Listed::new(object));
                 }
                 start = kv.key;
                 start.push(0);

@@ -27,7 +27,7 @@ mod watch;
 
 pub use allocator::{Allocators, Cidr};
 pub use cluster_info::publish_cluster_info;
-pub use list::{decode_continue, ListResult};
+pub use list::{decode_continue, ListResult, Listed};
 pub use namespaces::{bootstrap, StoredNamespaces};
 pub use store::{DeleteOptions, DeleteResult, Input, Preconditions, Propagation};
 pub use watch::{WatchEvent, WatchEventKind, WatchEvents};

@@ -339,7 +339,13 @@ impl rudder_admission::ObjectReader for StoredNamespaces {
         registry
             .list(info, None, &options)
             .await
-            .map(|listed| listed.items)
+            .map(|listed| {
+                listed
+                    .items
+                    .into_iter()
+                    .map(super::Listed::into_value)
+                    .collect()
+            })
             .map_err(read_failed)
     }
 }

@@ -464,6 +464,7 @@ impl Registry {
             .await?;
         let mut deleted = Vec::new();
         for item in listed.items {
+            let item = item.into_value();
             let name = object::name(&item).to_string();
             let item_namespace = object::namespace(&item).to_string();
             let item_namespace = Some(item_namespace.as_str()).filter(|ns| !ns.is_empty());

@@ -173,11 +173,11 @@ impl Outbox {
 
 /// The next replay page's size: about [`REPLAY_PAGE_BYTES`] of objects as large as the last
 /// page's.
-fn next_page_size(items: &[Value]) -> i64 {
+fn next_page_size(items: &[super::Listed]) -> i64 {
     if items.is_empty() {
         return FIRST_REPLAY_PAGE;
     }
-    let bytes: usize = items.iter().map(encoded_len).sum();
+    let bytes: usize = items.iter().map(|item| encoded_len(item)).sum();
     let average = (bytes / items.len()).max(1);
     i64::try_from(REPLAY_PAGE_BYTES / average)
         .unwrap_or(MAX_REPLAY_PAGE)
@@ -248,7 +248,7 @@ impl Registry {
                     for object in listed.items {
                         let event = WatchEvent {
                             kind: WatchEventKind::Added,
-                            object,
+                            object: object.into_value(),
                         };
                         outbox.send_measured(event).await?;
                     }
@@ -414,9 +414,9 @@ mod tests {
     #[test]
     fn replay_pages_hold_about_a_megabyte_of_objects() {
         assert_eq!(next_page_size(&[]), FIRST_REPLAY_PAGE);
-        let big = vec![json!({"data": "x".repeat(1024 * 1024)}); 2];
+        let big = vec![super::super::Listed::new(json!({"data": "x".repeat(1024 * 1024)})); 2];
         assert_eq!(next_page_size(&big), 1);
-        let small = vec![json!({"a": 1}); 3];
+        let small = vec![super::super::Listed::new(json!({"a": 1})); 3];
         assert_eq!(next_page_size(&small), MAX_REPLAY_PAGE);
     }
 }
