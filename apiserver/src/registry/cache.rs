@@ -589,6 +589,13 @@ mod tests {
             .expect("lists")
             .resource_version;
         create(&registry, "b").await;
+        // resourceVersion=0 takes what the cache holds, which may lag a write by a moment;
+        // after a consistent read it holds both.
+        let consistent = registry
+            .list(configmaps, None, &ListOptions::everything())
+            .await
+            .expect("lists");
+        assert_eq!(consistent.items.len(), 2);
         let mut options = ListOptions::everything();
         options.resource_version = Some("0".into());
         let any = registry
