@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use rudder_apiserver::values::encryption::{Current, Encryption, ENCRYPTED_PREFIX};
+use rudder_apiserver::values::encryption::{
+    describe_prefix, Current, Encryption, ENCRYPTED_PREFIX,
+};
 use rudder_apiserver::values::{format, MediaType, Values};
 use rudder_storage::{KeyRange, KeyValue, RangeRequest};
 use serde_json::{json, Value};
@@ -58,13 +60,7 @@ fn show(values: &Values, kv: &KeyValue) -> (Value, String) {
 /// How a value is stored: `protobuf`, `json`, or the encryption prefix it carries.
 fn describe(value: &[u8]) -> String {
     if value.starts_with(ENCRYPTED_PREFIX) {
-        let end = value
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| **b == b':')
-            .nth(4)
-            .map_or(value.len().min(64), |(i, _)| i + 1);
-        return format!("encrypted, {}", String::from_utf8_lossy(&value[..end]));
+        return format!("encrypted, {}", describe_prefix(value));
     }
     if format::is_protobuf(value) {
         "protobuf".into()
@@ -78,10 +74,7 @@ pub async fn run(args: GetArgs) -> Result<()> {
         Some(path) => Encryption::load(path).map_err(anyhow::Error::msg)?.0,
         None => Encryption::none(),
     };
-    let values = Values::new(
-        MediaType::default(),
-        Arc::new(Current::new(encryption, None)),
-    );
+    let values = Values::new(MediaType::default(), Arc::new(Current::new(encryption)));
     let store = rudder_storage::open(&args.storage)
         .await
         .with_context(|| format!("opening {}", rudder_storage::config::redact(&args.storage)))?;

@@ -384,7 +384,7 @@ fn stored_values(
         None => Arc::new(Current::none()),
         Some(path) => {
             let (encryption, text) = Encryption::load(path).map_err(StartError::Encryption)?;
-            let current = Arc::new(Current::new(encryption, Some(path.clone())));
+            let current = Arc::new(Current::new(encryption));
             if let Some(interval) = config.encryption_reload_interval {
                 let reload = Arc::new(ReloadMetrics::new(&addr.to_string()));
                 metrics.register_more(|registry| reload.register(registry));

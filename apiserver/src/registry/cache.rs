@@ -437,9 +437,10 @@ async fn follow(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Input, Registry, Write};
+    use super::super::store::tests::write;
+    use super::super::{Input, Registry};
     use crate::catalog;
-    use crate::request::{FieldValidation, ListOptions, VersionMatch};
+    use crate::request::{ListOptions, VersionMatch};
     use serde_json::json;
 
     async fn cached_registry() -> (
@@ -459,16 +460,6 @@ mod tests {
         )
         .with_watch_cache();
         (registry, storage, dir)
-    }
-
-    fn write() -> Write {
-        Write {
-            caller: Default::default(),
-            dry_run: false,
-            field_validation: FieldValidation::Strict,
-            field_manager: None,
-            managed_fields_set: false,
-        }
     }
 
     async fn create(registry: &Registry, name: &str) {

@@ -707,7 +707,7 @@ fn pending_deletion(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::catalog;
 
@@ -828,7 +828,8 @@ mod tests {
         (registry, dir)
     }
 
-    fn write() -> Write {
+    /// A plain write by nobody in particular (shared with the cache's tests).
+    pub(in crate::registry) fn write() -> Write {
         Write {
             caller: Default::default(),
             dry_run: false,

@@ -210,7 +210,7 @@ resources:
       - aesgcm:
           keys: [{name: k1, secret: c2VjcmV0IGlzIHNlY3VyZSwgaXMgaXQgc2VjdXJlPz8=}]
 ";
-        let current = Current::new(encryption::Encryption::parse(config).expect("valid"), None);
+        let current = Current::new(encryption::Encryption::parse(config).expect("valid"));
         let values = Values::new(MediaType::Protobuf, Arc::new(current));
         let secrets = catalog::find("", "v1", "secrets").expect("served");
         let secret = json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",

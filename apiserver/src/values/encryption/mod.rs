@@ -13,7 +13,7 @@ pub mod config;
 mod reload;
 
 use std::borrow::Cow;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, RwLock};
 
 pub use config::EncryptionConfiguration;
@@ -164,8 +164,9 @@ impl Chain {
     }
 }
 
-/// `k8s:enc:aesgcm:v1:key1:` of an encrypted value, for messages (at most 100 bytes of it).
-fn describe_prefix(stored: &[u8]) -> String {
+/// `k8s:enc:aesgcm:v1:key1:` of an encrypted value, for messages and tools (at most 100
+/// bytes of it).
+pub fn describe_prefix(stored: &[u8]) -> String {
     let head = &stored[..stored.len().min(100)];
     let end = head
         .iter()
@@ -222,20 +223,17 @@ impl Encryption {
 /// The configuration in force, swapped whole when the file is reloaded.
 pub struct Current {
     active: RwLock<Arc<Encryption>>,
-    /// Where it was loaded from (`--encryption-provider-config`).
-    pub path: Option<PathBuf>,
 }
 
 impl Current {
-    pub fn new(encryption: Encryption, path: Option<PathBuf>) -> Self {
+    pub fn new(encryption: Encryption) -> Self {
         Self {
             active: RwLock::new(Arc::new(encryption)),
-            path,
         }
     }
 
     pub fn none() -> Self {
-        Self::new(Encryption::none(), None)
+        Self::new(Encryption::none())
     }
 
     pub fn get(&self) -> Arc<Encryption> {
