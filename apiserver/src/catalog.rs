@@ -315,6 +315,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
     scheduling::PRIORITY_CLASSES,
     // certificates.k8s.io/v1
     certificates::CERTIFICATE_SIGNING_REQUESTS,
+    // apiextensions.k8s.io/v1
+    crate::crd::kind::CUSTOM_RESOURCE_DEFINITIONS,
     // authorization.k8s.io/v1 and authentication.k8s.io/v1: answered, never stored
     authorization::SELF_SUBJECT_ACCESS_REVIEWS,
     authorization::SUBJECT_ACCESS_REVIEWS,

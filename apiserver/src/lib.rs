@@ -19,6 +19,7 @@ pub mod authz;
 pub mod catalog;
 pub mod codec;
 mod connection;
+pub mod crd;
 pub mod data_dir;
 pub mod defaults;
 pub mod error;

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use crate::catalog::{self, ResourceInfo, Subresource};
+use crate::crd::Served;
 use crate::error::{ApiError, Result};
 
 /// The verb a resource request maps to.
@@ -62,8 +63,14 @@ pub enum ApiPath {
     Resource(RequestInfo),
 }
 
-/// Parses a path under `/api` or `/apis` for an HTTP method and query.
-pub fn parse_path(method: &http::Method, path: &str, query: &Query) -> Result<ApiPath> {
+/// Parses a path under `/api` or `/apis` for an HTTP method and query; `custom` is what the
+/// server serves from CRDs.
+pub fn parse_path(
+    method: &http::Method,
+    path: &str,
+    query: &Query,
+    custom: &Served,
+) -> Result<ApiPath> {
     // As upstream (Go's decoded `URL.Path`), segments are split after percent-decoding, so
     // `ops%20admin` names the object `ops admin`.
     let decoded = percent_encoding::percent_decode_str(path)
@@ -78,7 +85,9 @@ pub fn parse_path(method: &http::Method, path: &str, query: &Query) -> Result<Ap
         ["apis", group, version, rest @ ..] => (*group, *version, rest.to_vec()),
         _ => return Err(ApiError::path_not_found()),
     };
-    if !catalog::serves_group_version(group, version) {
+    if !catalog::serves_group_version(group, version)
+        && !custom.serves_group_version(group, version)
+    {
         return Err(ApiError::path_not_found());
     }
     if rest.is_empty() {
@@ -110,7 +119,9 @@ pub fn parse_path(method: &http::Method, path: &str, query: &Query) -> Result<Ap
         [plural, name, "proxy", ..] => (*plural, Some(*name), Some("proxy")),
         _ => return Err(ApiError::path_not_found()),
     };
-    let resource = catalog::find(group, version, plural).ok_or_else(ApiError::path_not_found)?;
+    let resource = catalog::find(group, version, plural)
+        .or_else(|| custom.find(group, version, plural))
+        .ok_or_else(ApiError::path_not_found)?;
     if namespace.is_some() && !resource.namespaced {
         return Err(ApiError::path_not_found());
     }
@@ -361,7 +372,14 @@ mod tests {
 
     fn resource(method: &str, path: &str, query: &str) -> RequestInfo {
         let method = http::Method::from_bytes(method.as_bytes()).expect("method");
-        match parse_path(&method, path, &Query::parse(Some(query))).expect("parses") {
+        match parse_path(
+            &method,
+            path,
+            &Query::parse(Some(query)),
+            &Served::default(),
+        )
+        .expect("parses")
+        {
             ApiPath::Resource(info) => info,
             other => panic!("not a resource: {other:?}"),
         }
@@ -425,6 +443,7 @@ mod tests {
             &http::Method::GET,
             "/api/v1/namespaces/%FF/configmaps",
             &Query::default(),
+            &Served::default(),
         )
         .expect_err("not UTF-8");
         assert_eq!(error.code, 400);
@@ -442,7 +461,7 @@ mod tests {
             "/api/v1/namespaces/a/nodes/x",
             "/api/v1/namespaces/a/pods/x/y/z",
         ] {
-            let error = parse_path(&get, path, &query).expect_err(path);
+            let error = parse_path(&get, path, &query, &Served::default()).expect_err(path);
             assert_eq!(error.code, 404, "{path}");
         }
     }
@@ -466,6 +485,7 @@ mod tests {
             &http::Method::GET,
             "/api/v1/namespaces/a/pods/p/log/more",
             &Query::default(),
+            &Served::default(),
         )
         .expect_err("log has no path");
         assert_eq!(error.code, 404);

@@ -503,6 +503,19 @@ pub async fn start(
     registry::bootstrap(&registry, addr.port(), &advertise.to_string())
         .await
         .map_err(StartError::Bootstrap)?;
+    let (crds_synced, synced) = tokio::sync::oneshot::channel();
+    tasks.spawn(crate::crd::controller::run(
+        registry.clone(),
+        registry.custom().clone(),
+        shutdown.clone(),
+        crds_synced,
+    ));
+    if tokio::time::timeout(std::time::Duration::from_secs(30), synced)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the CustomResourceDefinitions in the store were not served within 30 s; serving without them until they are");
+    }
     let advertised_url = format!("https://{}", SocketAddr::new(advertise, addr.port()));
     registry::publish_cluster_info(&registry, &advertised_url, &pki.ca_cert_pem)
         .await

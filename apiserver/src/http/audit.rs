@@ -67,7 +67,12 @@ pub async fn audit(State(state): State<AppState>, request: Request, next: Next) 
     let uri = request.uri().clone();
     let user = requester.clone().unwrap_or_else(|| acting.clone());
     let query = Query::parse(uri.query());
-    let parsed = request::parse_path(&method, uri.path(), &query);
+    let parsed = request::parse_path(
+        &method,
+        uri.path(),
+        &query,
+        &state.registry.custom().served(),
+    );
     let info = match &parsed {
         Ok(ApiPath::Resource(info)) => Some(info),
         _ => None,

@@ -6,6 +6,34 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
 use crate::catalog::{self, GroupVersionKind, ResourceInfo, RESOURCES};
+use crate::crd::Served;
+
+/// Every group with its served versions, the preferred first: the built-in groups in
+/// catalog order, then those of CRDs.
+fn all_groups(custom: &Served) -> Vec<(&'static str, Vec<&'static str>)> {
+    let mut groups: Vec<(&'static str, Vec<&'static str>)> = catalog::groups()
+        .into_iter()
+        .map(|group| (group, catalog::version_of(group).into_iter().collect()))
+        .collect();
+    for group in &custom.groups {
+        if !groups.iter().any(|(name, _)| *name == group.name) {
+            groups.push((group.name, group.versions.clone()));
+        }
+    }
+    groups
+}
+
+/// The resources served in group/version, built-in or custom.
+fn resources_in<'a>(
+    group: &'a str,
+    version: &'a str,
+    custom: &'a Served,
+) -> impl Iterator<Item = &'static ResourceInfo> + 'a {
+    RESOURCES
+        .iter()
+        .filter(move |info| info.group == group && info.version == version)
+        .chain(custom.in_group_version(group, version))
+}
 
 /// The aggregated-discovery version an Accept header asks for, if any.
 pub fn aggregated_version(accept: Option<&str>) -> Option<&'static str> {
@@ -41,12 +69,9 @@ fn json_response(content_type: String, body: &Value) -> Response {
         .into_response()
 }
 
-fn legacy_resource_entries(group: &str, version: &str) -> Vec<Value> {
+fn legacy_resource_entries(group: &str, version: &str, custom: &Served) -> Vec<Value> {
     let mut entries = Vec::new();
-    for info in RESOURCES
-        .iter()
-        .filter(|info| info.group == group && info.version == version)
-    {
+    for info in resources_in(group, version, custom) {
         let mut entry = json!({
             "name": info.plural,
             "singularName": info.singular,
@@ -92,10 +117,13 @@ fn group_version(group: &str, version: &str) -> String {
     }
 }
 
-fn api_group(group: &str) -> Value {
-    let version = catalog::version_of(group).unwrap_or("v1");
-    let entry = json!({"groupVersion": group_version(group, version), "version": version});
-    json!({"name": group, "versions": [entry], "preferredVersion": entry})
+fn api_group(group: &str, versions: &[&str]) -> Value {
+    let entries: Vec<Value> = versions
+        .iter()
+        .map(|version| json!({"groupVersion": group_version(group, version), "version": version}))
+        .collect();
+    let preferred = entries.first().cloned().unwrap_or(Value::Null);
+    json!({"name": group, "versions": entries, "preferredVersion": preferred})
 }
 
 fn aggregated_resource(info: &ResourceInfo) -> Value {
@@ -132,26 +160,25 @@ fn aggregated_resource(info: &ResourceInfo) -> Value {
     entry
 }
 
-fn aggregated_list(legacy: bool, version: &str) -> Value {
-    let groups: Vec<&str> = catalog::groups()
+fn aggregated_list(legacy: bool, version: &str, custom: &Served) -> Value {
+    let items: Vec<Value> = all_groups(custom)
         .into_iter()
-        .filter(|group| group.is_empty() == legacy)
-        .collect();
-    let items: Vec<Value> = groups
-        .iter()
-        .map(|group| {
-            let group_version = catalog::version_of(group).unwrap_or("v1");
-            let resources: Vec<Value> = RESOURCES
+        .filter(|(group, _)| group.is_empty() == legacy)
+        .map(|(group, versions)| {
+            let versions: Vec<Value> = versions
                 .iter()
-                .filter(|info| info.group == *group && info.version == group_version)
-                .map(aggregated_resource)
+                .map(|group_version| {
+                    let resources: Vec<Value> = resources_in(group, group_version, custom)
+                        .map(aggregated_resource)
+                        .collect();
+                    json!({"version": group_version, "resources": resources, "freshness": "Current"})
+                })
                 .collect();
             let mut metadata = json!({"creationTimestamp": null});
             if !group.is_empty() {
                 metadata["name"] = json!(group);
             }
-            json!({"metadata": metadata,
-                "versions": [{"version": group_version, "resources": resources, "freshness": "Current"}]})
+            json!({"metadata": metadata, "versions": versions})
         })
         .collect();
     json!({
@@ -163,11 +190,11 @@ fn aggregated_list(legacy: bool, version: &str) -> Value {
 }
 
 /// `/api` or `/apis`.
-pub fn root(legacy: bool, accept: Option<&str>, advertise: &str) -> Response {
+pub fn root(legacy: bool, accept: Option<&str>, advertise: &str, custom: &Served) -> Response {
     if let Some(version) = aggregated_version(accept) {
         let content_type =
             format!("application/json;g=apidiscovery.k8s.io;v={version};as=APIGroupDiscoveryList");
-        return json_response(content_type, &aggregated_list(legacy, version));
+        return json_response(content_type, &aggregated_list(legacy, version, custom));
     }
     let body = if legacy {
         json!({
@@ -176,10 +203,10 @@ pub fn root(legacy: bool, accept: Option<&str>, advertise: &str) -> Response {
             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": advertise}],
         })
     } else {
-        let groups: Vec<Value> = catalog::groups()
+        let groups: Vec<Value> = all_groups(custom)
             .into_iter()
-            .filter(|group| !group.is_empty())
-            .map(api_group)
+            .filter(|(group, _)| !group.is_empty())
+            .map(|(group, versions)| api_group(group, &versions))
             .collect();
         json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
     };
@@ -187,23 +214,26 @@ pub fn root(legacy: bool, accept: Option<&str>, advertise: &str) -> Response {
 }
 
 /// `/apis/<group>`.
-pub fn group(group: &str) -> Option<Response> {
-    if group.is_empty() || catalog::version_of(group).is_none() {
+pub fn group(group: &str, custom: &Served) -> Option<Response> {
+    if group.is_empty() {
         return None;
     }
-    let mut body = api_group(group);
+    let (_, versions) = all_groups(custom)
+        .into_iter()
+        .find(|(name, _)| *name == group)?;
+    let mut body = api_group(group, &versions);
     body["kind"] = json!("APIGroup");
     body["apiVersion"] = json!("v1");
     Some(json_response("application/json".into(), &body))
 }
 
 /// `/api/v1` or `/apis/<group>/<version>`.
-pub fn resource_list(group: &str, version: &str) -> Response {
+pub fn resource_list(group: &str, version: &str, custom: &Served) -> Response {
     let body = json!({
         "kind": "APIResourceList",
         "apiVersion": "v1",
         "groupVersion": group_version(group, version),
-        "resources": legacy_resource_entries(group, version),
+        "resources": legacy_resource_entries(group, version, custom),
     });
     json_response("application/json".into(), &body)
 }
@@ -224,7 +254,7 @@ mod tests {
 
     #[test]
     fn aggregated_core_group_has_pods_with_short_names_and_subresources() {
-        let list = aggregated_list(true, "v2");
+        let list = aggregated_list(true, "v2", &Served::default());
         let items = list["items"].as_array().expect("items");
         assert_eq!(items.len(), 1);
         let resources = items[0]["versions"][0]["resources"]
@@ -245,7 +275,7 @@ mod tests {
 
     #[test]
     fn legacy_lists_name_subresources_with_a_slash() {
-        let entries = legacy_resource_entries("apps", "v1");
+        let entries = legacy_resource_entries("apps", "v1", &Served::default());
         let scale = entries
             .iter()
             .find(|e| e["name"] == "deployments/scale")

@@ -38,12 +38,12 @@ impl RequestLimits {
 /// Watches, and the kubelet's streams (logs, exec, attach, port-forward, node proxy), run for
 /// as long as the client wants: upstream's long-running requests, exempt from both limits and
 /// the timeout.
-fn is_long_running(request: &Request) -> bool {
+fn is_long_running(request: &Request, custom: &crate::crd::Served) -> bool {
     let query = Query::parse(request.uri().query());
     let path = request.uri().path();
     (path.starts_with("/api/") || path.starts_with("/apis/"))
         && matches!(
-            request::parse_path(request.method(), path, &query),
+            request::parse_path(request.method(), path, &query, custom),
             Ok(ApiPath::Resource(info))
                 if info.verb == Verb::Watch || super::kubelet_proxy::is_long_running(&info)
         )
@@ -71,7 +71,7 @@ fn timed_out() -> Response {
 
 /// The middleware (after authentication, which names the caller).
 pub async fn limit(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    if is_long_running(&request) {
+    if is_long_running(&request, &state.registry.custom().served()) {
         return next.run(request).await;
     }
     let limits = &state.request_limits;
@@ -111,17 +111,31 @@ mod tests {
 
     #[test]
     fn watches_are_long_running_and_lists_are_not() {
-        assert!(is_long_running(&get(
-            "/api/v1/namespaces/d/pods?watch=true"
-        )));
-        assert!(is_long_running(&get("/api/v1/watch/pods")));
-        assert!(!is_long_running(&get("/api/v1/pods")));
-        assert!(!is_long_running(&get("/healthz")));
-        assert!(is_long_running(&get(
-            "/api/v1/namespaces/d/pods/p/log?follow=true"
-        )));
-        assert!(is_long_running(&get("/api/v1/namespaces/d/pods/p/exec")));
-        assert!(is_long_running(&get("/api/v1/nodes/n/proxy/metrics")));
-        assert!(!is_long_running(&get("/api/v1/namespaces/d/pods/p/status")));
+        assert!(is_long_running(
+            &get("/api/v1/namespaces/d/pods?watch=true"),
+            &Default::default()
+        ));
+        assert!(is_long_running(
+            &get("/api/v1/watch/pods"),
+            &Default::default()
+        ));
+        assert!(!is_long_running(&get("/api/v1/pods"), &Default::default()));
+        assert!(!is_long_running(&get("/healthz"), &Default::default()));
+        assert!(is_long_running(
+            &get("/api/v1/namespaces/d/pods/p/log?follow=true"),
+            &Default::default()
+        ));
+        assert!(is_long_running(
+            &get("/api/v1/namespaces/d/pods/p/exec"),
+            &Default::default()
+        ));
+        assert!(is_long_running(
+            &get("/api/v1/nodes/n/proxy/metrics"),
+            &Default::default()
+        ));
+        assert!(!is_long_running(
+            &get("/api/v1/namespaces/d/pods/p/status"),
+            &Default::default()
+        ));
     }
 }

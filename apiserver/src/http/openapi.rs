@@ -2,18 +2,19 @@
 //! kubectl's cache works) and `/openapi/v2` (JSON; for the protobuf kubectl 1.27/1.28 ask for
 //! first, an empty protobuf document, which sends them on to v3).
 
-use axum::extract::{Path, RawQuery};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 
+use super::AppState;
 use crate::error::ApiError;
 use crate::openapi;
 use crate::request::Query;
 
 const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2";
 
-fn cached(body: &'static [u8], hash: &str, headers: &HeaderMap, pinned: bool) -> Response {
+fn cached(body: bytes::Bytes, hash: &str, headers: &HeaderMap, pinned: bool) -> Response {
     let etag = format!("\"{hash}\"");
     let matches = headers
         .get(http::header::IF_NONE_MATCH)
@@ -45,24 +46,25 @@ fn cached(body: &'static [u8], hash: &str, headers: &HeaderMap, pinned: bool) ->
         .into_response()
 }
 
-pub async fn v3_index() -> Response {
-    axum::Json(openapi::v3_index()).into_response()
+pub async fn v3_index(State(state): State<AppState>) -> Response {
+    axum::Json(openapi::v3_index(&state.registry.custom().served())).into_response()
 }
 
 pub async fn v3_document(
+    State(state): State<AppState>,
     Path(path): Path<String>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Response {
-    let Some((body, hash)) = openapi::v3_document(&path) else {
+    let Some(document) = openapi::v3_document(&path, &state.registry.custom().served()) else {
         return ApiError::path_not_found().into_response();
     };
     let query = Query::parse(query.as_deref());
-    let pinned = query.get("hash") == Some(hash);
-    cached(body, hash, &headers, pinned)
+    let pinned = query.get("hash") == Some(document.hash.as_str());
+    cached(document.bytes, &document.hash, &headers, pinned)
 }
 
-pub async fn v2(headers: HeaderMap) -> Response {
+pub async fn v2(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let accept = headers
         .get(http::header::ACCEPT)
         .and_then(|value| value.to_str().ok())
@@ -80,6 +82,6 @@ pub async fn v2(headers: HeaderMap) -> Response {
         )
             .into_response();
     }
-    let (body, hash) = openapi::v2_json();
-    cached(body, hash, &headers, false)
+    let document = openapi::v2_json(&state.registry.custom().served());
+    cached(document.bytes, &document.hash, &headers, false)
 }

@@ -35,7 +35,8 @@ pub async fn handle(State(state): State<AppState>, request: Request) -> Response
         .unwrap_or_else(crate::authn::UserInfo::anonymous);
     let query = Query::parse(parts.uri.query());
     let accept = header(&parts.headers, http::header::ACCEPT);
-    let path = match request::parse_path(&parts.method, parts.uri.path(), &query) {
+    let custom = state.registry.custom().served();
+    let path = match request::parse_path(&parts.method, parts.uri.path(), &query, &custom) {
         Ok(path) => path,
         Err(error) => return error.into_response(),
     };
@@ -48,11 +49,12 @@ pub async fn handle(State(state): State<AppState>, request: Request) -> Response
         }
     }
     match path {
-        ApiPath::Root { legacy } => discovery::root(legacy, accept, &state.advertise),
-        ApiPath::Group(group) => {
-            discovery::group(&group).unwrap_or_else(|| ApiError::path_not_found().into_response())
+        ApiPath::Root { legacy } => discovery::root(legacy, accept, &state.advertise, &custom),
+        ApiPath::Group(group) => discovery::group(&group, &custom)
+            .unwrap_or_else(|| ApiError::path_not_found().into_response()),
+        ApiPath::GroupVersion { group, version } => {
+            discovery::resource_list(&group, &version, &custom)
         }
-        ApiPath::GroupVersion { group, version } => discovery::resource_list(&group, &version),
         ApiPath::Resource(info) => {
             let mut labels = labels_of(&info, &query);
             let span = tracing::Span::current();
@@ -500,8 +502,15 @@ async fn patch(call: &Call<'_>, body: Body) -> Result<Response> {
     codec::check_size(&bytes)?;
     let kind =
         patch::PatchKind::from_content_type(header(call.headers, http::header::CONTENT_TYPE))?;
-    let document = off_the_reactor(bytes, move |bytes| patch::parse(kind, bytes)).await?;
     let target = call.target();
+    if kind == patch::PatchKind::Strategic && !target.resource.strategy.accepts_strategic_merge() {
+        // As upstream for custom resources: they have no Go struct tags to merge by.
+        return Err(ApiError::new(
+            crate::error::Reason::UnsupportedMediaType,
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+        ));
+    }
+    let document = off_the_reactor(bytes, move |bytes| patch::parse(kind, bytes)).await?;
     let registry = &call.state.registry;
     if target.subresource == Some(Subresource::Scale) {
         let answer = registry
@@ -660,7 +669,14 @@ mod tests {
 
     fn info(method: &str, path: &str, query: &str) -> RequestInfo {
         let method = http::Method::from_bytes(method.as_bytes()).expect("method");
-        match request::parse_path(&method, path, &Query::parse(Some(query))).expect("parses") {
+        match request::parse_path(
+            &method,
+            path,
+            &Query::parse(Some(query)),
+            &Default::default(),
+        )
+        .expect("parses")
+        {
             ApiPath::Resource(info) => info,
             other => panic!("not a resource: {other:?}"),
         }

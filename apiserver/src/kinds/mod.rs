@@ -55,6 +55,16 @@ pub enum Hold {
     Grace(i64),
 }
 
+/// Where a custom resource's `/scale` reads and writes (a CRD's `subresources.scale`), each
+/// a path of plain fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScalePaths {
+    pub spec_replicas: Vec<String>,
+    pub status_replicas: Vec<String>,
+    /// Where the selector is kept, already in its string form (`status.selector`).
+    pub label_selector: Option<Vec<String>>,
+}
+
 /// The rules one kind's objects follow in the generic store.
 pub trait Strategy: Sync {
     /// Whether `metadata.generation` starts at 1 and counts spec changes.
@@ -120,6 +130,31 @@ pub trait Strategy: Sync {
     /// borrowed when it is stored as it is, as most kinds are (no copy on the write path).
     fn api_to_stored<'a>(&self, object: &'a Value) -> Cow<'a, Value> {
         Cow::Borrowed(object)
+    }
+    /// The canonical form of a body for a kind whose schema is known only at run time (a
+    /// custom resource prunes what its CRD's schema does not declare); `None` for the kinds
+    /// the catalog's typed struct canonicalizes.
+    fn canonical(&self, _object: &Value) -> Option<Result<Value, String>> {
+        None
+    }
+    /// Whether PATCH takes a strategic merge patch (custom resources answer 415, as upstream).
+    fn accepts_strategic_merge(&self) -> bool {
+        true
+    }
+    /// Where a kind whose `/scale` its definition describes (a custom resource) keeps its
+    /// replicas and selector; `None` for the built-in workloads' `spec.replicas`.
+    fn scale_paths(&self) -> Option<&ScalePaths> {
+        None
+    }
+    /// The structural schema server-side apply follows for a kind whose schema is known only
+    /// at run time (a custom resource's `x-kubernetes-list-type`s and map types).
+    fn apply_schema(&self) -> Option<&crate::crd::schema::Schema> {
+        None
+    }
+    /// The kind's OpenAPI schema, for a kind the vendored definitions do not describe (a
+    /// custom resource's `openAPIV3Schema`).
+    fn openapi_schema(&self) -> Option<&Value> {
+        None
     }
     /// For a kind that is answered rather than stored (access and token reviews): the answer
     /// to a create of `object` by `asker` in `namespace`. `None` for a stored kind.

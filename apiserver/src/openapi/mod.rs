@@ -11,53 +11,101 @@
 //! [`paths`]. Every document is built once, on first use, and kept as JSON bytes with a hash
 //! that serves as its ETag and as the `hash` of its URL in the index.
 
+pub mod custom;
 mod paths;
 mod schemas;
 #[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
+
+use bytes::Bytes;
 
 use serde_json::{json, Map, Value};
 
 use self::schemas::Data;
 use crate::catalog::{self, ResourceInfo};
+use crate::crd::Served;
 
 /// The release the documents describe (as `/version` reports it).
 const INFO_VERSION: &str = "v1.33.0";
 
 /// A built document.
-struct Document {
-    bytes: Vec<u8>,
-    hash: String,
+#[derive(Clone, Debug)]
+pub struct Document {
+    pub bytes: Bytes,
+    pub hash: String,
 }
 
 impl Document {
     fn new(value: &Value) -> Self {
         let bytes = serde_json::to_vec(value).unwrap_or_default();
         let hash = format!("{:032X}", fnv1a_128(&bytes));
-        Document { bytes, hash }
+        Document {
+            bytes: Bytes::from(bytes),
+            hash,
+        }
     }
+}
+
+/// The documents of what CRDs add, built once per snapshot of the served custom resources
+/// (kept on the snapshot, so a CRD change builds them anew).
+#[derive(Debug)]
+pub struct CustomDocuments {
+    v3: BTreeMap<String, Document>,
+    v2: Document,
 }
 
 static V3: LazyLock<BTreeMap<String, Document>> = LazyLock::new(|| {
     group_versions()
         .into_iter()
         .map(|(group, version)| {
-            let document = Document::new(&v3_value(group, version));
+            let document = Document::new(&v3_value(group, version, &Served::default()));
             (gv_path(group, version), document)
         })
         .collect()
 });
 
-static V2: LazyLock<Document> = LazyLock::new(|| Document::new(&v2_value()));
+static V2: LazyLock<Document> = LazyLock::new(|| Document::new(&v2_value(&Served::default())));
+
+fn custom_documents(custom: &Served) -> Option<Arc<CustomDocuments>> {
+    if custom.resources.is_empty() {
+        return None;
+    }
+    let built = custom.openapi.get_or_init(|| {
+        let v3 = custom
+            .groups
+            .iter()
+            .flat_map(|group| {
+                group
+                    .versions
+                    .iter()
+                    .map(move |version| (group.name, *version))
+            })
+            .map(|(group, version)| {
+                (
+                    gv_path(group, version),
+                    Document::new(&v3_value(group, version, custom)),
+                )
+            })
+            .collect();
+        Arc::new(CustomDocuments {
+            v3,
+            v2: Document::new(&v2_value(custom)),
+        })
+    });
+    Some(built.clone())
+}
 
 /// `/openapi/v3`: `{"paths": {"api/v1": {"serverRelativeURL": "/openapi/v3/api/v1?hash=<HASH>"},
-/// "apis/apps/v1": {...}, ...}}` for every group-version in the catalog.
-pub fn v3_index() -> Value {
+/// "apis/apps/v1": {...}, ...}}` for every group-version served, custom ones too.
+pub fn v3_index(custom: &Served) -> Value {
+    let documents = custom_documents(custom);
+    let custom_v3 = documents.iter().flat_map(|docs| docs.v3.iter());
     let paths: Map<String, Value> = V3
         .iter()
+        .chain(custom_v3)
         .map(|(path, document)| {
             let url = format!("/openapi/v3/{path}?hash={}", document.hash);
             (path.clone(), json!({ "serverRelativeURL": url }))
@@ -66,18 +114,22 @@ pub fn v3_index() -> Value {
     json!({ "paths": paths })
 }
 
-/// `/openapi/v3/<api/v1 | apis/<group>/<version>>` (a leading `/` is ignored): the document as
-/// JSON bytes and its hash (an ETag), or `None` when the group-version is not served.
-pub fn v3_document(path: &str) -> Option<(&'static [u8], &'static str)> {
-    let documents: &'static BTreeMap<String, Document> = &V3;
-    let document = documents.get(path.trim_start_matches('/'))?;
-    Some((document.bytes.as_slice(), document.hash.as_str()))
+/// `/openapi/v3/<api/v1 | apis/<group>/<version>>` (a leading `/` is ignored): the document
+/// (JSON bytes and its hash, an ETag), or `None` when the group-version is not served.
+pub fn v3_document(path: &str, custom: &Served) -> Option<Document> {
+    let path = path.trim_start_matches('/');
+    if let Some(document) = V3.get(path) {
+        return Some(document.clone());
+    }
+    custom_documents(custom)?.v3.get(path).cloned()
 }
 
-/// `/openapi/v2`: the swagger 2.0 document of everything served, as JSON bytes, and its hash.
-pub fn v2_json() -> (&'static [u8], &'static str) {
-    let document: &'static Document = &V2;
-    (document.bytes.as_slice(), document.hash.as_str())
+/// `/openapi/v2`: the swagger 2.0 document of everything served, and its hash.
+pub fn v2_json(custom: &Served) -> Document {
+    match custom_documents(custom) {
+        Some(documents) => documents.v2.clone(),
+        None => V2.clone(),
+    }
 }
 
 /// The served group-versions in discovery order (core first).
@@ -136,12 +188,14 @@ fn bearer_token() -> Value {
 }
 
 /// The v3 document of one group-version.
-fn v3_value(group: &str, version: &str) -> Value {
-    let data = schemas::data();
+fn v3_value(group: &str, version: &str, custom: &Served) -> Value {
     let resources: Vec<&'static ResourceInfo> = catalog::RESOURCES
         .iter()
         .filter(|info| info.group == group && info.version == version)
+        .chain(custom.in_group_version(group, version))
         .collect();
+    let overlaid = custom::overlay(schemas::data(), &resources);
+    let data = overlaid.as_ref().unwrap_or_else(|| schemas::data());
     let schemas: Map<String, Value> = definitions_for(data, &resources)
         .into_iter()
         .filter_map(|name| data.v3_schema(&name).map(|schema| (name, schema)))
@@ -155,9 +209,13 @@ fn v3_value(group: &str, version: &str) -> Value {
 }
 
 /// The swagger 2.0 document of every served resource.
-fn v2_value() -> Value {
-    let data = schemas::data();
-    let resources: Vec<&'static ResourceInfo> = catalog::RESOURCES.iter().collect();
+fn v2_value(custom: &Served) -> Value {
+    let resources: Vec<&'static ResourceInfo> = catalog::RESOURCES
+        .iter()
+        .chain(custom.resources.iter().copied())
+        .collect();
+    let overlaid = custom::overlay(schemas::data(), &resources);
+    let data = overlaid.as_ref().unwrap_or_else(|| schemas::data());
     let definitions: Map<String, Value> = definitions_for(data, &resources)
         .into_iter()
         .filter_map(|name| {

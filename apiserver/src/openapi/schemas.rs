@@ -111,6 +111,24 @@ impl Data {
         seen
     }
 
+    /// A copy with `added` definitions, each under its (group, version, kind).
+    pub(super) fn with_definitions(
+        &self,
+        added: Vec<((&str, &str, String), String, Value)>,
+    ) -> Data {
+        let mut data = Data {
+            definitions: self.definitions.clone(),
+            parameters: self.parameters.clone(),
+            by_gvk: self.by_gvk.clone(),
+        };
+        for ((group, version, kind), name, definition) in added {
+            data.by_gvk
+                .insert((group.to_string(), version.to_string(), kind), name.clone());
+            data.definitions.insert(name, definition);
+        }
+        data
+    }
+
     /// The v3 form of the definition `name`.
     pub(super) fn v3_schema(&self, name: &str) -> Option<Value> {
         let mut schema = to_v3(self.definitions.get(name)?.clone());

@@ -2,6 +2,7 @@
 //! docs, patch operations declare `fieldValidation`, every `$ref` resolves, and the patch
 //! metadata agrees with the strategic merge patch engine's (`patch::strategic`).
 
+use crate::crd::Served;
 use serde_json::Value;
 
 use super::*;
@@ -12,8 +13,10 @@ fn field_strategy(group: &str, kind: &str, path: &[&str]) -> Option<FieldStrateg
 }
 
 fn doc(path: &str) -> Value {
-    let (bytes, _) = v3_document(path).expect("document served");
-    serde_json::from_slice(bytes).expect("valid JSON")
+    let (bytes, _) = v3_document(path, &Served::default())
+        .map(|d| (d.bytes, d.hash))
+        .expect("document served");
+    serde_json::from_slice(&bytes).expect("valid JSON")
 }
 
 /// Follows a `$ref` or `allOf: [{$ref}]` to the schema it names.
@@ -43,17 +46,23 @@ fn property<'a>(doc: &'a Value, root: &'a Value, path: &[&str]) -> &'a Value {
 
 #[test]
 fn index_lists_every_catalog_group_version() {
-    let index = v3_index();
+    let index = v3_index(&Served::default());
     for info in catalog::RESOURCES {
         let path = gv_path(info.group, info.version);
         let url = index["paths"][&path]["serverRelativeURL"]
             .as_str()
             .unwrap_or_else(|| panic!("{path} missing from the index"));
-        let (_, hash) = v3_document(&path).expect("served");
+        let (_, hash) = v3_document(&path, &Served::default())
+            .map(|d| (d.bytes, d.hash))
+            .expect("served");
         assert_eq!(url, format!("/openapi/v3/{path}?hash={hash}"));
     }
-    assert!(v3_document("apis/apps/v1beta1").is_none());
-    assert!(v3_document("/apis/apps/v1").is_some());
+    assert!(v3_document("apis/apps/v1beta1", &Served::default())
+        .map(|d| (d.bytes, d.hash))
+        .is_none());
+    assert!(v3_document("/apis/apps/v1", &Served::default())
+        .map(|d| (d.bytes, d.hash))
+        .is_some());
 }
 
 #[test]
@@ -210,7 +219,7 @@ fn every_ref_resolves_within_its_document() {
             _ => {}
         }
     }
-    let mut index = v3_index();
+    let mut index = v3_index(&Served::default());
     let paths = index["paths"].take();
     for path in paths.as_object().expect("paths").keys() {
         let doc = doc(path);
@@ -227,7 +236,7 @@ fn every_ref_resolves_within_its_document() {
             );
         }
     }
-    let v2: Value = serde_json::from_slice(v2_json().0).expect("v2 JSON");
+    let v2: Value = serde_json::from_slice(&v2_json(&Served::default()).bytes).expect("v2 JSON");
     assert_eq!(v2["swagger"], "2.0");
     let mut found = Vec::new();
     refs(&v2, &mut found);
@@ -245,13 +254,26 @@ fn every_ref_resolves_within_its_document() {
 
 #[test]
 fn documents_are_cached_with_stable_hashes() {
-    let (first, hash) = v3_document("api/v1").expect("served");
-    let (again, hash_again) = v3_document("api/v1").expect("served");
+    let (first, hash) = v3_document("api/v1", &Served::default())
+        .map(|d| (d.bytes, d.hash))
+        .expect("served");
+    let (again, hash_again) = v3_document("api/v1", &Served::default())
+        .map(|d| (d.bytes, d.hash))
+        .expect("served");
     assert_eq!(first.as_ptr(), again.as_ptr());
     assert_eq!(hash, hash_again);
     assert_eq!(hash.len(), 32);
-    assert_ne!(hash, v3_document("apis/apps/v1").expect("served").1);
-    assert_eq!(v2_json().1, v2_json().1);
+    assert_ne!(
+        hash,
+        v3_document("apis/apps/v1", &Served::default())
+            .map(|d| (d.bytes, d.hash))
+            .expect("served")
+            .1
+    );
+    assert_eq!(
+        v2_json(&Served::default()).hash,
+        v2_json(&Served::default()).hash
+    );
     assert_ne!(fnv1a_128(b"a"), fnv1a_128(b"b"));
 }
 

@@ -55,7 +55,9 @@ pub struct WatchCache {
     values: Arc<Values>,
     tasks: TaskTracker,
     shutdown: CancellationToken,
-    cachers: Mutex<HashMap<&'static str, Arc<Cacher>>>,
+    /// By storage prefix and version (a custom resource's versions share one prefix and each
+    /// shows its objects as its own apiVersion).
+    cachers: Mutex<HashMap<(&'static str, &'static str), Arc<Cacher>>>,
 }
 
 /// One resource's cache.
@@ -115,7 +117,7 @@ impl WatchCache {
             return None;
         }
         let mut cachers = self.cachers.lock().ok()?;
-        if let Some(cacher) = cachers.get(info.storage_prefix) {
+        if let Some(cacher) = cachers.get(&(info.storage_prefix, info.version)) {
             return Some(cacher.clone());
         }
         let cacher = Arc::new(Cacher {
@@ -124,7 +126,7 @@ impl WatchCache {
             revision: watch::Sender::new(0),
             progress: Notify::new(),
         });
-        cachers.insert(info.storage_prefix, cacher.clone());
+        cachers.insert((info.storage_prefix, info.version), cacher.clone());
         self.tasks.spawn(feed(
             cacher.clone(),
             info,

@@ -28,7 +28,7 @@ mod watch;
 pub use allocator::{Allocators, Cidr};
 pub use cluster_info::publish_cluster_info;
 pub use list::{decode_continue, ListResult, Listed};
-pub use namespaces::{bootstrap, StoredNamespaces};
+pub use namespaces::{bootstrap, system_write, StoredNamespaces};
 pub use store::{DeleteOptions, DeleteResult, Input, Preconditions, Propagation};
 pub use watch::{WatchEvent, WatchEventKind, WatchEvents};
 
@@ -40,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::catalog::{ResourceInfo, Subresource};
+use crate::crd::CustomResources;
 use crate::request::FieldValidation;
 use crate::values::Values;
 
@@ -105,6 +106,8 @@ pub struct Registry {
     values: Arc<Values>,
     /// Lists served from memory (`None`: `--watch-cache=false`, every read goes to the store).
     cache: Option<Arc<cache::WatchCache>>,
+    /// The custom resources this server serves (from the CRDs in the store).
+    custom: Arc<CustomResources>,
 }
 
 impl Registry {
@@ -118,6 +121,7 @@ impl Registry {
             decoded: Arc::default(),
             values: Arc::default(),
             cache: None,
+            custom: Arc::default(),
         }
     }
 
@@ -160,5 +164,28 @@ impl Registry {
 
     pub fn storage(&self) -> &Arc<dyn Storage> {
         &self.storage
+    }
+
+    /// The custom resources this server serves.
+    pub fn custom(&self) -> &Arc<CustomResources> {
+        &self.custom
+    }
+
+    /// The same store serving `custom`'s resources (a registry of its own over the same
+    /// store, such as admission's, shares the server's).
+    pub fn with_custom(mut self, custom: Arc<CustomResources>) -> Self {
+        self.custom = custom;
+        self
+    }
+
+    /// The resource at group/version/plural: built-in, or from a CRD.
+    pub fn resource(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+    ) -> Option<&'static ResourceInfo> {
+        crate::catalog::find(group, version, plural)
+            .or_else(|| self.custom.find(group, version, plural))
     }
 }

@@ -18,7 +18,8 @@ use rudder_facts::namespaces::SYSTEM_NAMESPACES;
 /// The cluster DNS Service, `kube-system/kube-dns` as in every distribution.
 pub const CLUSTER_DNS_SERVICE: &str = "kube-dns";
 
-pub(super) fn system_write() -> Write {
+/// The apiserver's own writes (bootstrap objects, CRD status): a system:masters caller.
+pub fn system_write() -> Write {
     Write {
         caller: Caller {
             user: "system:apiserver".into(),

@@ -590,7 +590,11 @@ fn canonicalize(
     let Some(canonicalize) = info.canonicalize else {
         return Ok((object.clone(), Vec::new()));
     };
-    let canonical = canonicalize(object.clone()).map_err(|error| {
+    let canonical = match info.strategy.canonical(object) {
+        Some(result) => result,
+        None => canonicalize(object.clone()),
+    };
+    let canonical = canonical.map_err(|error| {
         ApiError::bad_request(format!(
             "{kind} in version \"{version}\" cannot be handled as a {kind}: {error}",
             kind = info.kind,

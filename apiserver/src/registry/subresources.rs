@@ -25,6 +25,51 @@ fn selector_string(selector: &Value) -> String {
     }
 }
 
+fn at<'a>(value: &'a Value, path: &[String]) -> Option<&'a Value> {
+    path.iter().try_fold(value, |v, name| v.get(name))
+}
+
+/// The Scale view of an object of `info`: a built-in workload's replicas and selector, or
+/// where a custom resource's definition says they are.
+fn scale_view(info: &ResourceInfo, parent: &Value) -> Value {
+    let Some(paths) = info.strategy.scale_paths() else {
+        return scale_of(parent);
+    };
+    let mut scale = scale_of(&Value::Null);
+    scale["metadata"] = scale_of(parent)["metadata"].take();
+    scale["spec"]["replicas"] = at(parent, &paths.spec_replicas)
+        .and_then(Value::as_i64)
+        .unwrap_or(0)
+        .into();
+    scale["status"]["replicas"] = at(parent, &paths.status_replicas)
+        .and_then(Value::as_i64)
+        .unwrap_or(0)
+        .into();
+    scale["status"]["selector"] = paths
+        .label_selector
+        .as_deref()
+        .and_then(|path| at(parent, path))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .into();
+    scale
+}
+
+/// Sets `value` at `path`, making the objects on the way.
+fn set_at(target: &mut Value, path: &[String], value: Value) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut node = target;
+    for name in parents {
+        if !node.get(name).is_some_and(Value::is_object) {
+            node[name.as_str()] = json!({});
+        }
+        node = &mut node[name.as_str()];
+    }
+    node[last.as_str()] = value;
+}
+
 /// The Scale view of a workload.
 pub fn scale_of(parent: &Value) -> Value {
     let metadata = &parent["metadata"];
@@ -60,7 +105,7 @@ impl Registry {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Value> {
-        Ok(scale_of(&self.get(info, namespace, name).await?))
+        Ok(scale_view(info, &self.get(info, namespace, name).await?))
     }
 
     /// PUT or PATCH of `/scale`: `change` turns the current Scale into the wanted one; only its
@@ -78,7 +123,7 @@ impl Registry {
     {
         let written: Written = self
             .update_with(info, namespace, name, None, write, |current| {
-                let scale = change(&scale_of(current))?;
+                let scale = change(&scale_view(info, current))?;
                 if !scale.is_object() {
                     return Err(ApiError::bad_request("the body of the request is not a Scale object"));
                 }
@@ -114,13 +159,16 @@ impl Registry {
                     ));
                 }
                 let mut next = current.clone();
-                next["spec"]["replicas"] = replicas.into();
+                match info.strategy.scale_paths() {
+                    Some(paths) => set_at(&mut next, &paths.spec_replicas, replicas.into()),
+                    None => next["spec"]["replicas"] = replicas.into(),
+                }
                 let pinned = object::meta_str(&scale, "resourceVersion");
                 object::set_meta(&mut next, "resourceVersion", pinned);
                 Ok(next)
             })
             .await?;
-        Ok(scale_of(&written.object))
+        Ok(scale_view(info, &written.object))
     }
 
     /// POST of `pods/<name>/binding`: assigns the pod to a node, once.

@@ -118,10 +118,12 @@ const SERVER_METADATA: &[&str] = &[
 
 impl Scope {
     fn new(info: &ResourceInfo, subresource: Option<Subresource>) -> Self {
+        let strategy: &'static dyn crate::kinds::Strategy = info.strategy;
         let has_status = info.subresource(Subresource::Status).is_some();
         Scope {
             types: Types {
                 schema: info.strategy.merge_schema(),
+                custom: strategy.apply_schema(),
             },
             without_status: has_status && subresource.is_none(),
             status_only: subresource == Some(Subresource::Status),

@@ -8,6 +8,7 @@
 use serde_json::{Map, Value};
 
 use super::fieldset::Element;
+use crate::crd::schema::Schema;
 use crate::patch::strategic::{field_strategy, Ty};
 
 /// How the items of a list are identified.
@@ -72,11 +73,26 @@ const STRING_MAPS: &[&str] = &["labels", "annotations"];
 pub(super) struct Types {
     /// The kind's strategic-merge schema, whose list strategies SSA follows.
     pub schema: Ty,
+    /// A custom resource's structural schema, whose list and map types SSA follows instead.
+    pub custom: Option<&'static Schema>,
 }
 
 impl Types {
     /// The kind of the list at `names` (field names from the root, list items skipped).
     pub fn list_kind(&self, names: &[&str]) -> ListKind {
+        if let Some(custom) = self.custom {
+            let Some(node) = custom.at_names(names) else {
+                return ListKind::Atomic;
+            };
+            return match node.list_type() {
+                Some("set") => ListKind::Set,
+                Some("map") => ListKind::Map {
+                    keys: node.list_map_keys().iter().map(String::as_str).collect(),
+                    defaults: &[],
+                },
+                _ => ListKind::Atomic,
+            };
+        }
         let Some(strategy) = field_strategy(self.schema, names) else {
             return ListKind::Atomic;
         };
@@ -104,6 +120,9 @@ impl Types {
 
     /// Whether the map at `names` is atomic.
     pub fn atomic_map(&self, names: &[&str]) -> bool {
+        if let Some(custom) = self.custom {
+            return custom.at_names(names).is_some_and(Schema::is_atomic_map);
+        }
         names.last().is_some_and(|last| ATOMIC_MAPS.contains(last))
     }
 
