@@ -47,6 +47,34 @@ pub struct Attributes {
     /// The user's groups.
     pub groups: Vec<String>,
     pub dry_run: bool,
+    /// The user's uid and extra attributes, as webhooks and policies are shown them.
+    pub uid: String,
+    pub extra: std::collections::BTreeMap<String, Vec<String>>,
+    /// Warnings plugins return to the client (a webhook's, a policy's `Warn`).
+    pub warnings: Warnings,
+}
+
+/// The warnings admission gathers for one request; clones share them.
+#[derive(Clone, Debug, Default)]
+pub struct Warnings(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Warnings {
+    pub fn push(&self, warning: impl Into<String>) {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(warning.into());
+    }
+
+    /// The warnings so far, leaving none.
+    pub fn take(&self) -> Vec<String> {
+        std::mem::take(
+            &mut *self
+                .0
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        )
+    }
 }
 
 /// Why admission refused a request. The apiserver maps it to a `Status`.
@@ -219,6 +247,9 @@ mod tests {
             user: "admin".into(),
             groups: Vec::new(),
             dry_run: false,
+            uid: String::new(),
+            extra: Default::default(),
+            warnings: Warnings::default(),
         }
     }
 

@@ -317,6 +317,11 @@ pub static RESOURCES: &[ResourceInfo] = &[
     certificates::CERTIFICATE_SIGNING_REQUESTS,
     // apiextensions.k8s.io/v1
     crate::crd::kind::CUSTOM_RESOURCE_DEFINITIONS,
+    // admissionregistration.k8s.io/v1
+    crate::kinds::admissionregistration::MUTATING_WEBHOOK_CONFIGURATIONS,
+    crate::kinds::admissionregistration::VALIDATING_WEBHOOK_CONFIGURATIONS,
+    crate::kinds::admissionregistration::VALIDATING_ADMISSION_POLICIES,
+    crate::kinds::admissionregistration::VALIDATING_ADMISSION_POLICY_BINDINGS,
     // authorization.k8s.io/v1 and authentication.k8s.io/v1: answered, never stored
     authorization::SELF_SUBJECT_ACCESS_REVIEWS,
     authorization::SUBJECT_ACCESS_REVIEWS,

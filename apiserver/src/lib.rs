@@ -39,6 +39,7 @@ pub mod tables;
 pub mod tls;
 pub mod validation;
 pub mod values;
+pub mod webhooks;
 
 pub use limits::Limits;
 pub use server::{Config, Running};

@@ -497,6 +497,12 @@ pub async fn start(
             policy,
         ));
     }
+    // Upstream's order ends with the configurable plugins: the mutating webhooks last among
+    // the mutating plugins, then the policies and the validating webhooks.
+    admission = admission
+        .with_mutating(crate::webhooks::Webhooks::mutating(unadmitted.clone()))
+        .with_validating(crate::webhooks::Policies::new(unadmitted.clone()))
+        .with_validating(crate::webhooks::Webhooks::validating(unadmitted.clone()));
     let registry = unadmitted.with_admission(Arc::new(admission));
 
     let advertise = advertise_ip(&addr);

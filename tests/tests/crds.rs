@@ -363,3 +363,211 @@ async fn shared_between_servers(url: String) {
 rudder_tests::on_every_driver!(shared_between_servers;
     a_crd_is_served_by_every_server_on_postgres => postgres,
     a_crd_is_served_by_every_server_on_etcd => etcd);
+
+/// A kube-rs `#[derive(CustomResource)]` type: its CRD created from the derive, then CRUD,
+/// a watcher, and status patches, as an operator written with kube-rs does.
+mod derived {
+    use std::time::Duration;
+
+    use futures::{StreamExt, TryStreamExt};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+    use kube::runtime::watcher;
+    use kube::{CustomResource, CustomResourceExt, ResourceExt};
+    use schemars::JsonSchema;
+    use serde::{Deserialize, Serialize};
+
+    use super::start;
+
+    #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, JsonSchema)]
+    #[kube(
+        group = "derive.rudder.test",
+        version = "v1",
+        kind = "Backup",
+        namespaced,
+        status = "BackupStatus",
+        shortname = "bk",
+        printcolumn = r#"{"name":"Schedule","type":"string","jsonPath":".spec.schedule"}"#
+    )]
+    pub struct BackupSpec {
+        schedule: String,
+        keep: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        target: Option<String>,
+    }
+
+    #[derive(Deserialize, Serialize, Clone, Debug, Default, JsonSchema)]
+    pub struct BackupStatus {
+        taken: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        last: Option<String>,
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_derived_custom_resource_works_with_kube_rs() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("state.db").display());
+        let server = start(&url);
+        let client = rudder_tests::admin_client(server.kubeconfig()).await;
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        crds.create(&PostParams::default(), &Backup::crd())
+            .await
+            .unwrap();
+        rudder_tests::eventually(
+            "the Backup CRD is established",
+            Duration::from_secs(10),
+            || {
+                let crds = crds.clone();
+                async move {
+                    let Ok(crd) = crds.get("backups.derive.rudder.test").await else {
+                        return false;
+                    };
+                    crd.status
+                        .and_then(|status| status.conditions)
+                        .is_some_and(|conditions| {
+                            conditions
+                                .iter()
+                                .any(|c| c.type_ == "Established" && c.status == "True")
+                        })
+                }
+            },
+        )
+        .await;
+
+        let backups: Api<Backup> = Api::namespaced(client, "default");
+        // The watcher runs from the start (its initial list done) and reports what it sees.
+        let (seen_tx, mut seen_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let mut events = watcher(backups.clone(), watcher::Config::default()).boxed();
+        tokio::spawn(async move {
+            while let Ok(Some(event)) = events.try_next().await {
+                let seen = match event {
+                    watcher::Event::Apply(b) | watcher::Event::InitApply(b) => {
+                        format!("applied {} keep={}", b.name_any(), b.spec.keep)
+                    }
+                    watcher::Event::Delete(b) => format!("deleted {}", b.name_any()),
+                    watcher::Event::InitDone => "listed".to_string(),
+                    watcher::Event::Init => continue,
+                };
+                if seen_tx.send(seen).is_err() {
+                    return;
+                }
+            }
+        });
+        let first = tokio::time::timeout(Duration::from_secs(10), seen_rx.recv()).await;
+        assert_eq!(first.unwrap().as_deref(), Some("listed"));
+        let nightly = Backup::new(
+            "nightly",
+            BackupSpec {
+                schedule: "0 2 * * *".into(),
+                keep: 7,
+                target: None,
+            },
+        );
+        let created = backups
+            .create(&PostParams::default(), &nightly)
+            .await
+            .unwrap();
+        assert_eq!(created.spec.keep, 7);
+        assert!(created.status.is_none(), "status is the subresource's");
+        let mut listed = backups.list(&Default::default()).await.unwrap();
+        assert_eq!(listed.items.len(), 1);
+        let mut changed = listed.items.remove(0);
+        changed.spec.keep = 14;
+        let replaced = backups
+            .replace("nightly", &PostParams::default(), &changed)
+            .await
+            .unwrap();
+        assert_eq!(replaced.spec.keep, 14);
+        let status = serde_json::json!({"status": {"taken": 3, "last": "2026-12-02T02:00:00Z"}});
+        let patched = backups
+            .patch_status("nightly", &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .unwrap();
+        assert_eq!(patched.status.unwrap().taken, 3);
+        assert_eq!(patched.spec.keep, 14);
+        // A wrong type in the status is refused by the derived schema.
+        let wrong = serde_json::json!({"status": {"taken": "many"}});
+        let refused = backups
+            .patch_status("nightly", &PatchParams::default(), &Patch::Merge(&wrong))
+            .await
+            .unwrap_err();
+        assert!(refused.to_string().contains("status.taken"), "{refused}");
+        let applied = serde_json::json!({
+            "apiVersion": "derive.rudder.test/v1", "kind": "Backup",
+            "metadata": {"name": "weekly"},
+            "spec": {"schedule": "0 3 * * 0", "keep": 4, "target": "s3://bucket"}
+        });
+        backups
+            .patch(
+                "weekly",
+                &PatchParams::apply("backup-operator"),
+                &Patch::Apply(&applied),
+            )
+            .await
+            .unwrap();
+        backups
+            .delete("nightly", &DeleteParams::default())
+            .await
+            .unwrap();
+
+        // The watcher saw the creates, the updates and the delete.
+        let mut seen = Vec::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !seen.iter().any(|s: &String| s == "deleted nightly") {
+            let next = tokio::time::timeout_at(deadline, seen_rx.recv())
+                .await
+                .unwrap_or_else(|_| panic!("the watcher's events in time; saw {seen:?}"));
+            seen.push(next.expect("the watcher runs"));
+        }
+        for expected in [
+            "applied nightly keep=7",
+            "applied nightly keep=14",
+            "applied weekly keep=4",
+        ] {
+            assert!(seen.iter().any(|s| s == expected), "{expected} in {seen:?}");
+        }
+    }
+}
+
+/// The garbage collector finds a CRD's kind created after it started (by discovering again,
+/// as upstream resyncs every 30 s) and deletes custom objects whose owner is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_objects_are_garbage_collected_with_their_owner() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("state.db").display());
+    let server =
+        RudderServer::start_with_args(RUDDER, &url, &["--disable-scheduler", "--disable-agent"]);
+    let k = Kubectl {
+        server: &server,
+        version: "1.33",
+        namespace: "default".into(),
+    };
+    install_bundle(&k);
+    k.ok_ns(&["create", "configmap", "owner"]);
+    let uid = k.jsonpath("configmap", "owner", "{.metadata.uid}");
+    let owned = k.file(
+        "owned.yaml",
+        &format!("apiVersion: tls.rudder.test/v1\nkind: Certificate\nmetadata:\n  name: owned\n  ownerReferences: [{{apiVersion: v1, kind: ConfigMap, name: owner, uid: {uid}}}]\nspec: {{secretName: owned, issuerRef: {{name: ca}}}}\n"),
+    );
+    k.ok_ns(&["apply", "-f", &owned]);
+    k.ok_ns(&["delete", "configmap", "owner"]);
+    let started = Instant::now();
+    loop {
+        let left = k.run(&k.in_namespace(&[
+            "get",
+            "certificate",
+            "owned",
+            "--ignore-not-found",
+            "-o",
+            "name",
+        ]));
+        if left.status.success() && left.stdout.is_empty() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(75),
+            "the garbage collector never deleted the orphaned certificate"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}

@@ -205,6 +205,9 @@ mod tests {
             user: user.into(),
             groups: vec![],
             dry_run: false,
+            uid: String::new(),
+            extra: Default::default(),
+            warnings: Default::default(),
         }
     }
 

@@ -25,6 +25,7 @@ use crate::patch::strategic::Ty;
 use crate::selectors::FieldSet;
 use crate::validation::{Errs, NameRule};
 
+pub mod admissionregistration;
 pub mod apps;
 pub mod authorization;
 pub mod batch;

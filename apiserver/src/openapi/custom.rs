@@ -95,15 +95,26 @@ pub(super) fn overlay(base: &Data, resources: &[&'static ResourceInfo]) -> Optio
     (!added.is_empty()).then(|| base.with_definitions(added))
 }
 
+/// The outline of a built-in kind the vendored definitions lack: its description and its
+/// top-level fields as free-form objects.
+pub fn outline(description: &str, fields: &[&str]) -> Value {
+    let properties: Map<String, Value> = fields
+        .iter()
+        .map(|field| {
+            (
+                field.to_string(),
+                json!({"type": if *field == "webhooks" { "array" } else { "object" },
+                       "x-kubernetes-preserve-unknown-fields": true}),
+            )
+        })
+        .collect();
+    json!({"description": description, "type": "object", "properties": properties})
+}
+
 /// The outline of the CustomResourceDefinition kind.
 pub fn crd_outline() -> Value {
-    json!({
-        "description": "CustomResourceDefinition represents a resource that should be exposed on the API server. Its name MUST be in the format <.spec.name>.<.spec.group>.",
-        "type": "object",
-        "required": ["spec"],
-        "properties": {
-            "spec": {"type": "object", "description": "spec describes how the user wants the resources to appear", "x-kubernetes-preserve-unknown-fields": true},
-            "status": {"type": "object", "description": "status indicates the actual state of the CustomResourceDefinition", "x-kubernetes-preserve-unknown-fields": true}
-        }
-    })
+    outline(
+        "CustomResourceDefinition represents a resource that should be exposed on the API server. Its name MUST be in the format <.spec.name>.<.spec.group>.",
+        &["spec", "status"],
+    )
 }

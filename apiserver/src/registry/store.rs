@@ -160,6 +160,11 @@ impl Registry {
             self.admission
                 .validate(&attributes, Some(&object), None)
                 .await?;
+            let warnings: Vec<String> = warnings
+                .iter()
+                .cloned()
+                .chain(attributes.warnings.take())
+                .collect();
             let allocated = self
                 .allocators
                 .allocate(info, &mut object, None, write.dry_run)
@@ -282,6 +287,7 @@ impl Registry {
             self.admission
                 .validate(&attributes, Some(&object), Some(&current))
                 .await?;
+            let warnings = attributes.warnings.take();
             self.allocators
                 .allocate(info, &mut object, Some(&current), write.dry_run)
                 .await?;
@@ -292,7 +298,7 @@ impl Registry {
                 return Ok(Written {
                     object: current,
                     created: false,
-                    warnings: Vec::new(),
+                    warnings: warnings.clone(),
                 });
             }
             if !write.managed_fields_set {
@@ -312,7 +318,7 @@ impl Registry {
                 return Ok(Written {
                     object: object::with_resource_version(object, revision),
                     created: false,
-                    warnings: Vec::new(),
+                    warnings: warnings.clone(),
                 });
             }
             if object::is_deleting(&object) && !holds_deletion(info, &object) {
@@ -323,7 +329,7 @@ impl Registry {
                         return Ok(Written {
                             object: object::with_resource_version(object, revision),
                             created: false,
-                            warnings: Vec::new(),
+                            warnings: warnings.clone(),
                         });
                     }
                     DeleteOutcome::NotFound => return Err(ApiError::not_found(info, name)),
@@ -338,7 +344,7 @@ impl Registry {
                     return Ok(Written {
                         object: object::with_resource_version(object, revision),
                         created: false,
-                        warnings: Vec::new(),
+                        warnings: warnings.clone(),
                     })
                 }
                 UpdateOutcome::Conflict { current: None } => {
@@ -513,6 +519,9 @@ fn attributes(
         user: write.caller.user.clone(),
         groups: write.caller.groups.clone(),
         dry_run: write.dry_run,
+        uid: write.caller.uid.clone(),
+        extra: write.caller.extra.clone(),
+        warnings: Default::default(),
     }
 }
 

@@ -4,8 +4,9 @@
 //! `Orphan` (its dependents lose their reference to it, then the `orphan` finalizer goes).
 //! `Background` needs nothing more: the owner goes at once and its dependents become garbage.
 //!
-//! It watches the metadata of every kind the API serves (found by discovery, events aside) and
-//! keeps them in one [`graph`] of owner references; a change yields work for the [`worker`]s.
+//! It watches the metadata of every kind the API serves (found by discovery, events aside; a
+//! kind that appears later, a CRD's, is found by discovery again every 30 s, as upstream
+//! resyncs its monitors) and keeps them in one [`graph`] of owner references; a change yields work for the [`worker`]s.
 //! Before it deletes anything it asks the API whether an owner it does not see is really gone.
 //!
 //! ```text
@@ -44,11 +45,26 @@ pub struct Context {
     pub client: Client,
     pub graph: Mutex<Graph>,
     /// `(apiVersion, kind)` → its resource and whether it is namespaced.
-    pub kinds: HashMap<(String, String), (ApiResource, bool)>,
+    pub kinds: Mutex<Kinds>,
     pub queue: Arc<Queue>,
 }
 
+/// The kinds the collector watches.
+pub type Kinds = HashMap<(String, String), (ApiResource, bool)>;
+
+/// How often discovery looks for kinds that appeared since (upstream's resync period).
+const REDISCOVERY: Duration = Duration::from_secs(30);
+
 impl Context {
+    /// The resource of `(apiVersion, kind)` and whether it is namespaced, if watched.
+    fn kind(&self, api_version: &str, kind: &str) -> Option<(ApiResource, bool)> {
+        self.kinds
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(&(api_version.to_string(), kind.to_string()))
+            .cloned()
+    }
+
     fn graph(&self) -> std::sync::MutexGuard<'_, Graph> {
         self.graph
             .lock()
@@ -79,7 +95,7 @@ pub fn controller(
         let context = Arc::new(Context {
             client,
             graph: Mutex::new(Graph::default()),
-            kinds,
+            kinds: Mutex::new(kinds),
             queue,
         });
         run(context, concurrency, shutdown).await;
@@ -88,7 +104,7 @@ pub fn controller(
 }
 
 /// Every kind that can be listed, watched, patched and deleted, by `(apiVersion, kind)`.
-async fn discover(client: &Client) -> kube::Result<HashMap<(String, String), (ApiResource, bool)>> {
+async fn discover(client: &Client) -> kube::Result<Kinds> {
     let discovery = Discovery::new(client.clone()).run().await?;
     let mut kinds = HashMap::new();
     for group in discovery.groups() {
@@ -174,7 +190,13 @@ async fn watch_kind(resource: ApiResource, client: Client, sink: mpsc::Unbounded
 async fn run(context: Arc<Context>, concurrency: u16, shutdown: CancellationToken) {
     let (sink, mut observed) = mpsc::unbounded_channel();
     let mut watches = Vec::new();
-    let resources: Vec<ApiResource> = context.kinds.values().map(|(r, _)| r.clone()).collect();
+    let resources: Vec<ApiResource> = context
+        .kinds
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .values()
+        .map(|(r, _)| r.clone())
+        .collect();
     for resource in resources {
         watches.push(tokio::spawn(watch_kind(
             resource,
@@ -182,11 +204,14 @@ async fn run(context: Arc<Context>, concurrency: u16, shutdown: CancellationToke
             sink.clone(),
         )));
     }
-    drop(sink);
+    let mut rediscovery = tokio::time::interval(REDISCOVERY);
+    rediscovery.tick().await;
     let (work_sender, work_receiver) = mpsc::unbounded_channel::<Work>();
     let pending: Arc<Mutex<HashSet<Work>>> = Arc::default();
     let mut unlisted: HashSet<String> = context
         .kinds
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
         .values()
         .map(|(resource, _)| format!("{}/{}", resource.api_version, resource.plural))
         .collect();
@@ -197,6 +222,10 @@ async fn run(context: Arc<Context>, concurrency: u16, shutdown: CancellationToke
         let next = tokio::select! {
             _ = shutdown.cancelled() => break,
             next = observed.recv() => next,
+            _ = rediscovery.tick() => {
+                watches.extend(watch_new_kinds(&context, &sink).await);
+                continue;
+            }
         };
         let Some(next) = next else { break };
         let work = {
@@ -245,7 +274,12 @@ async fn run(context: Arc<Context>, concurrency: u16, shutdown: CancellationToke
                     shutdown.clone(),
                 )));
             }
-            tracing::info!(kinds = context.kinds.len(), "garbage collector synced");
+            let kinds = context
+                .kinds
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .len();
+            tracing::info!(kinds, "garbage collector synced");
         }
     }
     for watch in watches {
@@ -254,6 +288,39 @@ async fn run(context: Arc<Context>, concurrency: u16, shutdown: CancellationToke
     if let Some(task) = worker_task {
         let _ = task.await;
     }
+}
+
+/// Watches the kinds discovery finds that are not watched yet (a kind that goes away keeps
+/// its watch, which just fails until it comes back).
+async fn watch_new_kinds(
+    context: &Context,
+    sink: &mpsc::UnboundedSender<Observed>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let found = match discover(&context.client).await {
+        Ok(found) => found,
+        Err(error) => {
+            tracing::debug!(%error, "garbage collector: rediscovery failed");
+            return Vec::new();
+        }
+    };
+    let mut kinds = context
+        .kinds
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut started = Vec::new();
+    for (key, value) in found {
+        if kinds.contains_key(&key) {
+            continue;
+        }
+        tracing::info!(kind = %value.0.kind, api_version = %value.0.api_version, "garbage collector watches a new kind");
+        started.push(tokio::spawn(watch_kind(
+            value.0.clone(),
+            context.client.clone(),
+            sink.clone(),
+        )));
+        kinds.insert(key, value);
+    }
+    started
 }
 
 /// Queues `work` unless it is already queued.

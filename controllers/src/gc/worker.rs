@@ -95,20 +95,17 @@ async fn owner_state(context: &Context, node: &Node, owner: &OwnerReference) -> 
         return Ok(state);
     }
     // Not in the graph: ask the API, by name, and compare the uid.
-    let Some((resource, namespaced)) = context
-        .kinds
-        .get(&(owner.api_version.clone(), owner.kind.clone()))
-    else {
+    let Some((resource, namespaced)) = context.kind(&owner.api_version, &owner.kind) else {
         // A kind this collector does not know: never delete on that uncertainty.
         return Ok(OwnerState::Solid);
     };
     let api: Api<DynamicObject> = match (namespaced, node.namespace.as_deref()) {
         (true, Some(namespace)) => {
-            Api::namespaced_with(context.client.clone(), namespace, resource)
+            Api::namespaced_with(context.client.clone(), namespace, &resource)
         }
         // A cluster-scoped object cannot be owned by a namespaced one.
         (true, None) => return Ok(OwnerState::Dangling),
-        (false, _) => Api::all_with(context.client.clone(), resource),
+        (false, _) => Api::all_with(context.client.clone(), &resource),
     };
     match api.get_metadata_opt(&owner.name).await? {
         Some(meta) if meta.metadata.uid.as_deref() == Some(owner.uid.as_str()) => {

@@ -1,0 +1,153 @@
+//! One call of an admission webhook: POST of an AdmissionReview over HTTPS to the webhook's
+//! URL (or to a ready endpoint of its Service, verified as `<service>.<namespace>.svc`), its
+//! certificate verified against the configuration's `caBundle`, within `timeoutSeconds`, and
+//! the AdmissionReview it answers with.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::rt::TokioIo;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, ServerName};
+use serde_json::Value;
+use tokio_rustls::TlsConnector;
+
+/// The largest answer read from a webhook.
+const MAX_RESPONSE_BYTES: usize = 3 * 1024 * 1024;
+
+/// Where a call goes.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// `host:port` to dial.
+    pub authority: String,
+    /// The name the certificate must carry.
+    pub server_name: String,
+    /// The request's path and query.
+    pub path: String,
+    /// The URL as messages show it.
+    pub url: String,
+}
+
+impl Target {
+    /// The target of a `clientConfig.url`.
+    pub fn of_url(url: &str) -> Result<Self, String> {
+        let uri: http::Uri = url
+            .parse()
+            .map_err(|error| format!("parse {url:?}: {error}"))?;
+        let host = uri.host().ok_or_else(|| format!("{url:?} has no host"))?;
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        let port = uri.port_u16().unwrap_or(443);
+        let authority = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        Ok(Self {
+            authority,
+            server_name: host,
+            path: uri
+                .path_and_query()
+                .map_or_else(|| "/".to_string(), |p| p.as_str().to_string()),
+            url: url.to_string(),
+        })
+    }
+}
+
+fn connector(ca_bundle: Option<&str>) -> Result<TlsConnector, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    if let Some(bundle) = ca_bundle {
+        let pem = base64::engine::general_purpose::STANDARD
+            .decode(bundle)
+            .map_err(|error| format!("caBundle: {error}"))?;
+        for cert in CertificateDer::pem_slice_iter(&pem) {
+            let cert = cert.map_err(|error| format!("caBundle: {error}"))?;
+            roots
+                .add(cert)
+                .map_err(|error| format!("caBundle: {error}"))?;
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|error| error.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(TlsConnector::from(Arc::new(config)))
+}
+
+/// POSTs `review` to `target` and returns the AdmissionReview it answers with. The error is
+/// what upstream's messages put after `failed to call webhook: `.
+pub async fn post(
+    target: &Target,
+    ca_bundle: Option<&str>,
+    review: &Value,
+    timeout: Duration,
+) -> Result<Value, String> {
+    let body = serde_json::to_vec(review).map_err(|error| error.to_string())?;
+    let url = &target.url;
+    match tokio::time::timeout(timeout, exchange(target, ca_bundle, body)).await {
+        Ok(result) => result.map_err(|error| format!("Post \"{url}\": {error}")),
+        Err(_) => Err(format!(
+            "Post \"{url}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
+        )),
+    }
+}
+
+async fn exchange(
+    target: &Target,
+    ca_bundle: Option<&str>,
+    body: Vec<u8>,
+) -> Result<Value, String> {
+    let connector = connector(ca_bundle)?;
+    let tcp = tokio::net::TcpStream::connect(&target.authority)
+        .await
+        .map_err(|error| format!("dial tcp {}: {error}", target.authority))?;
+    let name = ServerName::try_from(target.server_name.clone())
+        .map_err(|error| format!("invalid server name {:?}: {error}", target.server_name))?;
+    let tls = connector
+        .connect(name, tcp)
+        .await
+        .map_err(|error| format!("tls: {error}"))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .map_err(|error| error.to_string())?;
+    let driver = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let request = http::Request::post(target.path.as_str())
+        .header(http::header::HOST, target.authority.as_str())
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::ACCEPT, "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|error| error.to_string())?;
+    let outcome = async {
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|error| error.to_string())?;
+        let status = response.status();
+        let bytes = Limited::new(response.into_body(), MAX_RESPONSE_BYTES)
+            .collect()
+            .await
+            .map_err(|error| format!("reading the response: {error}"))?
+            .to_bytes();
+        if !status.is_success() {
+            return Err(format!(
+                "the server responded with the status code {} but did not return more information",
+                status.as_u16()
+            ));
+        }
+        serde_json::from_slice(&bytes)
+            .map_err(|error| format!("the response is not an AdmissionReview: {error}"))
+    }
+    .await;
+    driver.abort();
+    outcome
+}

@@ -1,0 +1,349 @@
+//! Admission configured through the API, with real kubectl: a mutating webhook (a small
+//! HTTPS server this test runs, trusted through the configuration's `caBundle`) that labels
+//! ConfigMaps, a validating one that refuses reserved names, both honouring their
+//! `failurePolicy` when the server is gone, and a ValidatingAdmissionPolicy with a param
+//! ConfigMap that refuses Deployments over a replica limit with its `messageExpression`.
+
+// Test code: a failed expectation is meant to panic.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+
+use base64::Engine;
+use rudder_tests::{Kubectl, RudderServer};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+const RUDDER: &str = env!("CARGO_BIN_EXE_rudder");
+
+/// A webhook server on 127.0.0.1: `/mutate` adds the label `webhook: added`, `/validate`
+/// refuses names starting with `reserved-` and warns about the rest. Returns its address, its
+/// CA (PEM) and the task serving it.
+async fn webhook_server() -> (std::net::SocketAddr, String, tokio::task::JoinHandle<()>) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    let ca_pem = cert.pem();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
+        )
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut buffer = Vec::new();
+                let mut chunk = [0u8; 8192];
+                let (head_end, length) = loop {
+                    let Ok(n) = tls.read(&mut chunk).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    buffer.extend_from_slice(&chunk[..n]);
+                    if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&buffer[..end]).to_lowercase();
+                        let length = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        break (end + 4, length);
+                    }
+                };
+                while buffer.len() < head_end + length {
+                    let Ok(n) = tls.read(&mut chunk).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    buffer.extend_from_slice(&chunk[..n]);
+                }
+                let head = String::from_utf8_lossy(&buffer[..head_end]).to_string();
+                let review: Value =
+                    serde_json::from_slice(&buffer[head_end..head_end + length]).unwrap();
+                let request = &review["request"];
+                let uid = request["uid"].clone();
+                let response = if head.starts_with("POST /mutate") {
+                    let labels = &request["object"]["metadata"]["labels"];
+                    let patch = if labels.is_object() {
+                        json!([{"op": "add", "path": "/metadata/labels/webhook", "value": "added"}])
+                    } else {
+                        json!([{"op": "add", "path": "/metadata/labels", "value": {"webhook": "added"}}])
+                    };
+                    let patch = base64::engine::general_purpose::STANDARD.encode(patch.to_string());
+                    json!({"uid": uid, "allowed": true, "patchType": "JSONPatch", "patch": patch})
+                } else if request["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .starts_with("reserved-")
+                {
+                    json!({"uid": uid, "allowed": false, "status": {"code": 403, "message": "the name is reserved"}})
+                } else {
+                    json!({"uid": uid, "allowed": true, "warnings": ["checked by the test webhook"]})
+                };
+                let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}).to_string();
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = tls.write_all(answer.as_bytes()).await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    (addr, ca_pem, task)
+}
+
+fn webhook_configurations(addr: std::net::SocketAddr, ca_pem: &str, policy: &str) -> String {
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    format!(
+        "apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {{name: label-configmaps}}
+webhooks:
+- name: label.rudder.test
+  clientConfig: {{url: \"https://{addr}/mutate\", caBundle: {ca}}}
+  rules: [{{operations: [CREATE], apiGroups: [\"\"], apiVersions: [v1], resources: [configmaps]}}]
+  namespaceSelector: {{matchLabels: {{webhooks: \"on\"}}}}
+  sideEffects: None
+  admissionReviewVersions: [v1]
+  failurePolicy: {policy}
+  timeoutSeconds: 5
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {{name: reserved-names}}
+webhooks:
+- name: reserved.rudder.test
+  clientConfig: {{url: \"https://{addr}/validate\", caBundle: {ca}}}
+  rules: [{{operations: [CREATE], apiGroups: [\"\"], apiVersions: [v1], resources: [configmaps]}}]
+  matchConditions:
+  - name: not-system
+    expression: \"!request.userInfo.username.startsWith('system:serviceaccount:kube-system:')\"
+  sideEffects: None
+  admissionReviewVersions: [v1]
+  failurePolicy: {policy}
+  timeoutSeconds: 5
+"
+    )
+}
+
+/// A server on a fresh SQLite file in `dir`, with only the apiserver running.
+fn start(dir: &tempfile::TempDir) -> RudderServer {
+    let url = format!("sqlite://{}", dir.path().join("state.db").display());
+    RudderServer::start_with_args(
+        RUDDER,
+        &url,
+        &[
+            "--disable-controller-manager",
+            "--disable-scheduler",
+            "--disable-agent",
+        ],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_mutate_and_validate_with_their_failure_policies() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(&dir);
+    let k = Kubectl {
+        server: &server,
+        version: "1.33",
+        namespace: "hooked".into(),
+    };
+    k.ok(&["create", "namespace", "hooked"]);
+    k.ok(&["label", "namespace", "hooked", "webhooks=on"]);
+    let (addr, ca_pem, task) = webhook_server().await;
+    let config = k.file(
+        "webhooks.yaml",
+        &webhook_configurations(addr, &ca_pem, "Fail"),
+    );
+    k.ok(&["apply", "-f", &config]);
+    let listed = k.ok(&["get", "mutatingwebhookconfigurations"]);
+    assert!(
+        listed.contains("label-configmaps") && listed.contains("WEBHOOKS"),
+        "{listed}"
+    );
+
+    // The mutating webhook's label; the validating one's warning.
+    let created =
+        k.run(&k.in_namespace(&["create", "configmap", "settings", "--from-literal=a=b"]));
+    assert!(created.status.success());
+    assert!(
+        String::from_utf8_lossy(&created.stderr).contains("Warning: checked by the test webhook"),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    assert_eq!(
+        k.jsonpath("configmap", "settings", "{.metadata.labels.webhook}"),
+        "added"
+    );
+    // Outside the selected namespace the mutating webhook is not called.
+    k.ok(&["create", "configmap", "plain", "-n", "default"]);
+    let labels = k.ok(&[
+        "get",
+        "configmap",
+        "plain",
+        "-n",
+        "default",
+        "-o",
+        "jsonpath={.metadata.labels}",
+    ]);
+    assert!(!labels.contains("webhook"), "{labels}");
+    // The validating webhook's refusal, in upstream's words.
+    let refused = k.fails_ns(&["create", "configmap", "reserved-x"]);
+    assert!(
+        refused.contains(
+            "admission webhook \"reserved.rudder.test\" denied the request: the name is reserved"
+        ),
+        "{refused}"
+    );
+
+    // With the webhook server gone, Fail refuses and Ignore lets requests through.
+    task.abort();
+    let _ = task.await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let failed = k.fails_ns(&["create", "configmap", "while-down"]);
+    assert!(
+        failed.contains("failed calling webhook \"label.rudder.test\""),
+        "{failed}"
+    );
+    let config = k.file(
+        "webhooks-ignore.yaml",
+        &webhook_configurations(addr, &ca_pem, "Ignore"),
+    );
+    k.ok(&["apply", "-f", &config]);
+    k.ok_ns(&["create", "configmap", "while-down"]);
+    let labels = k.jsonpath("configmap", "while-down", "{.metadata.labels}");
+    assert!(!labels.contains("webhook"), "{labels}");
+}
+
+const POLICY: &str = "apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: replica-limit}
+spec:
+  failurePolicy: Fail
+  paramKind: {apiVersion: v1, kind: ConfigMap}
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [deployments]}
+  variables:
+  - {name: limit, expression: \"int(params.data.maxReplicas)\"}
+  validations:
+  - expression: \"object.spec.replicas <= variables.limit\"
+    messageExpression: \"'replicas ' + string(object.spec.replicas) + ' exceed the limit of ' + string(variables.limit)\"
+    reason: Invalid
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: replica-limit-limited}
+spec:
+  policyName: replica-limit
+  validationActions: [Deny]
+  paramRef: {name: replica-limits, namespace: limited, parameterNotFoundAction: Deny}
+  matchResources:
+    namespaceSelector: {matchLabels: {limits: \"on\"}}
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_validating_admission_policy_with_a_param_limits_replicas() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(&dir);
+    let k = Kubectl {
+        server: &server,
+        version: "1.33",
+        namespace: "limited".into(),
+    };
+    k.ok(&["create", "namespace", "limited"]);
+    k.ok(&["label", "namespace", "limited", "limits=on"]);
+    k.ok_ns(&[
+        "create",
+        "configmap",
+        "replica-limits",
+        "--from-literal=maxReplicas=3",
+    ]);
+    let policy = k.file("policy.yaml", POLICY);
+    k.ok(&["apply", "-f", &policy]);
+    assert!(k
+        .ok(&["get", "validatingadmissionpolicies"])
+        .contains("replica-limit"));
+
+    k.ok_ns(&[
+        "create",
+        "deployment",
+        "small",
+        "--image=busybox",
+        "--replicas=2",
+    ]);
+    let refused = k.fails_ns(&[
+        "create",
+        "deployment",
+        "big",
+        "--image=busybox",
+        "--replicas=5",
+    ]);
+    assert!(
+        refused.contains("ValidatingAdmissionPolicy 'replica-limit' with binding 'replica-limit-limited' denied request: replicas 5 exceed the limit of 3"),
+        "{refused}"
+    );
+    let scaled = k.fails_ns(&["scale", "deployment", "small", "--replicas=4"]);
+    assert!(
+        scaled.contains("exceed the limit of 3"),
+        "the policy covers updates: {scaled}"
+    );
+    // The param is read live; namespaces the binding does not select are left alone.
+    k.ok_ns(&[
+        "patch",
+        "configmap",
+        "replica-limits",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"data":{"maxReplicas":"10"}}"#,
+    ]);
+    k.ok_ns(&[
+        "create",
+        "deployment",
+        "big",
+        "--image=busybox",
+        "--replicas=5",
+    ]);
+    k.ok(&[
+        "create",
+        "deployment",
+        "free",
+        "--image=busybox",
+        "--replicas=50",
+        "-n",
+        "default",
+    ]);
+    // A policy whose expression does not compile is refused when written.
+    let broken = k.file(
+        "broken.yaml",
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata: {name: broken}\nspec:\n  matchConstraints: {resourceRules: [{apiGroups: [apps], apiVersions: [v1], operations: [CREATE], resources: [deployments]}]}\n  validations: [{expression: \"object.spec ==\"}]\n",
+    );
+    let refused = k.fails(&["apply", "-f", &broken]);
+    assert!(
+        refused.contains("spec.validations[0].expression"),
+        "{refused}"
+    );
+}
