@@ -11,13 +11,17 @@
 //! (NamespaceLifecycle reads namespaces, Priority reads PriorityClasses) take a small lookup
 //! trait the apiserver implements.
 
+mod limit_ranger;
 mod namespace_lifecycle;
 mod pod_plugins;
+mod pod_security;
 
+pub use limit_ranger::LimitRanger;
 pub use namespace_lifecycle::{NamespaceLifecycle, NamespaceLookup, NamespaceState};
 pub use pod_plugins::{
     DefaultTolerationSeconds, ObjectReader, Priority, ServiceAccount, SYSTEM_PRIORITY_CLASSES,
 };
+pub use pod_security::{Level, Modes, PodSecurity};
 
 use async_trait::async_trait;
 use serde_json::Value;

@@ -20,6 +20,15 @@ pub trait ObjectReader: Send + Sync {
     ) -> Result<Option<Value>, Denied>;
     /// Every cluster-scoped object of group/plural.
     async fn list_cluster_objects(&self, group: &str, plural: &str) -> Result<Vec<Value>, Denied>;
+    /// Every object of group/plural in `namespace` (LimitRanges).
+    async fn list_namespaced_objects(
+        &self,
+        _group: &str,
+        _plural: &str,
+        _namespace: &str,
+    ) -> Result<Vec<Value>, Denied> {
+        Ok(Vec::new())
+    }
 }
 
 fn is_pod_create(attributes: &Attributes) -> bool {

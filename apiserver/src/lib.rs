@@ -31,6 +31,7 @@ pub mod openapi;
 pub mod patch;
 pub mod pki;
 pub mod protobuf;
+pub mod quota;
 pub mod registry;
 pub mod request;
 pub mod selectors;

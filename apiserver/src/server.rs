@@ -476,10 +476,13 @@ pub async fn start(
     ));
     // Upstream's default order: NamespaceLifecycle first, then the pod plugins.
     let mut admission = Chain::new()
+        .with_mutating(rudder_admission::LimitRanger::new(namespaces.clone()))
         .with_mutating(ServiceAccount)
         .with_mutating(Priority::new(namespaces.clone()))
         .with_mutating(DefaultTolerationSeconds)
-        .with_validating(NamespaceLifecycle::new(namespaces));
+        .with_validating(NamespaceLifecycle::new(namespaces.clone()))
+        .with_validating(rudder_admission::LimitRanger::new(namespaces.clone()))
+        .with_validating(rudder_admission::PodSecurity::new(namespaces));
     if config.authorization_modes.contains(&authz::Mode::Node) {
         admission = admission.with_validating(authz::node::restriction::NodeRestriction);
     }
@@ -502,7 +505,8 @@ pub async fn start(
     admission = admission
         .with_mutating(crate::webhooks::Webhooks::mutating(unadmitted.clone()))
         .with_validating(crate::webhooks::Policies::new(unadmitted.clone()))
-        .with_validating(crate::webhooks::Webhooks::validating(unadmitted.clone()));
+        .with_validating(crate::webhooks::Webhooks::validating(unadmitted.clone()))
+        .with_validating(crate::quota::ResourceQuota::new(unadmitted.clone()));
     let registry = unadmitted.with_admission(Arc::new(admission));
 
     let advertise = advertise_ip(&addr);

@@ -26,6 +26,7 @@ pub mod namespace;
 pub mod podgc;
 pub mod podtemplate;
 pub mod replicaset;
+pub mod resourcequota;
 pub mod revisions;
 pub mod rootca;
 pub mod runner;
@@ -160,6 +161,7 @@ async fn run_controllers(config: Config, metrics: Arc<QueueMetrics>, shutdown: C
                 token,
             ),
             "serviceaccount" => serviceaccount::controller(&informers, client, queue, token),
+            "resourcequota" => resourcequota::controller(&informers, client, queue, token),
             "clusterrole-aggregation" => {
                 clusterrole_aggregation::controller(&informers, client, queue, token)
             }

@@ -26,6 +26,7 @@ pub const ALL: &[&str] = &[
     "pod-garbage-collector",
     "serviceaccount-token",
     "disruption",
+    "resourcequota",
     "csrapproving",
     "csrsigning",
 ];

@@ -11,3 +11,4 @@ pub mod nodes;
 pub mod owners;
 pub mod pods;
 pub mod quantity;
+pub mod quota;

@@ -347,3 +347,185 @@ async fn a_validating_admission_policy_with_a_param_limits_replicas() {
         "{refused}"
     );
 }
+
+/// The policy plugins on pods: a `restricted` namespace refuses a privileged pod (and warns
+/// about a workload), and a LimitRange fills in and bounds containers' resources.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_security_and_limit_ranges_apply_to_pods() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(&dir);
+    let k = Kubectl {
+        server: &server,
+        version: "1.33",
+        namespace: "secure".into(),
+    };
+    k.ok(&["create", "namespace", "secure"]);
+    k.ok(&[
+        "label",
+        "namespace",
+        "secure",
+        "pod-security.kubernetes.io/enforce=restricted",
+    ]);
+    let privileged = k.file(
+        "privileged.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: priv}\nspec:\n  containers:\n  - {name: shell, image: busybox, securityContext: {privileged: true}}\n",
+    );
+    let refused = k.fails_ns(&["apply", "-f", &privileged]);
+    assert!(
+        refused.contains("pods \"priv\" is forbidden: violates PodSecurity \"restricted:latest\": privileged (container \"shell\" must not set securityContext.privileged=true), allowPrivilegeEscalation != false"),
+        "{refused}"
+    );
+    let hardened = k.file(
+        "hardened.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: hardened}\nspec:\n  securityContext: {runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}}\n  containers:\n  - name: app\n    image: busybox\n    securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}\n",
+    );
+    k.ok_ns(&["apply", "-f", &hardened]);
+    let workload = k.run(&k.in_namespace(&["create", "deployment", "web", "--image=busybox"]));
+    assert!(workload.status.success(), "workloads are not refused");
+    let warned = String::from_utf8_lossy(&workload.stderr).to_string();
+    assert!(
+        warned.contains("would violate PodSecurity \"restricted:latest\""),
+        "{warned}"
+    );
+
+    let limits = k.file(
+        "limits.yaml",
+        "apiVersion: v1\nkind: LimitRange\nmetadata: {name: cpu, namespace: default}\nspec:\n  limits:\n  - type: Container\n    default: {cpu: 500m, memory: 128Mi}\n    defaultRequest: {cpu: 100m}\n    max: {cpu: \"1\"}\n",
+    );
+    k.ok(&["apply", "-f", &limits]);
+    k.ok(&["run", "plain", "--image=busybox", "-n", "default"]);
+    let resources = k.ok(&[
+        "get",
+        "pod",
+        "plain",
+        "-n",
+        "default",
+        "-o",
+        "jsonpath={.spec.containers[0].resources}",
+    ]);
+    let resources: Value = serde_json::from_str(&resources).unwrap();
+    assert_eq!(resources["limits"]["cpu"], "500m");
+    assert_eq!(resources["limits"]["memory"], "128Mi");
+    assert_eq!(resources["requests"]["cpu"], "100m");
+    let big = k.file(
+        "big.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: big, namespace: default}\nspec:\n  containers:\n  - {name: app, image: busybox, resources: {limits: {cpu: \"2\"}}}\n",
+    );
+    let refused = k.fails(&["apply", "-f", &big]);
+    assert!(
+        refused.contains(
+            "pods \"big\" is forbidden: maximum cpu usage per Container is 1, but limit is 2"
+        ),
+        "{refused}"
+    );
+}
+
+/// A ResourceQuota of 10 pods holds at exactly 10 when 50 pods are created at once through
+/// two apiservers on one store (the controller-manager of one of them counts the quota).
+async fn quota_holds_across_servers(url: String) {
+    use k8s_openapi::api::core::v1::{Pod, ResourceQuota};
+    use kube::api::{Api, PostParams};
+
+    let first =
+        RudderServer::start_with_args(RUDDER, &url, &["--disable-scheduler", "--disable-agent"]);
+    let token = std::fs::read_to_string(first.data_dir().join("token")).unwrap();
+    let second = RudderServer::start_with_args(
+        RUDDER,
+        &url,
+        &[
+            "--disable-scheduler",
+            "--disable-agent",
+            "--token",
+            token.trim(),
+        ],
+    );
+    let k = Kubectl {
+        server: &first,
+        version: "1.33",
+        namespace: "quoted".into(),
+    };
+    k.ok(&["create", "namespace", "quoted"]);
+    k.ok_ns(&["create", "quota", "pods", "--hard=pods=10"]);
+    let clients = [
+        rudder_tests::admin_client(first.kubeconfig()).await,
+        rudder_tests::admin_client(second.kubeconfig()).await,
+    ];
+    let quotas: Api<ResourceQuota> = Api::namespaced(clients[0].clone(), "quoted");
+    rudder_tests::eventually(
+        "the quota is counted",
+        std::time::Duration::from_secs(20),
+        || {
+            let quotas = quotas.clone();
+            async move {
+                let quota = quotas.get("pods").await.unwrap();
+                quota.status.and_then(|s| s.hard).is_some()
+            }
+        },
+    )
+    .await;
+
+    let creates = (0..50).map(|i| {
+        let pods: Api<Pod> = Api::namespaced(clients[i % 2].clone(), "quoted");
+        async move {
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": format!("p{i}")},
+                "spec": {"containers": [{"name": "app", "image": "busybox"}]}
+            }))
+            .unwrap();
+            pods.create(&PostParams::default(), &pod).await
+        }
+    });
+    let outcomes = futures::future::join_all(creates).await;
+    let created = outcomes.iter().filter(|o| o.is_ok()).count();
+    let refusals: Vec<String> = outcomes
+        .iter()
+        .filter_map(|o| o.as_ref().err().map(|e| e.to_string()))
+        .collect();
+    assert_eq!(created, 10, "{refusals:?}");
+    assert!(
+        refusals.iter().all(|r| r
+            .contains("exceeded quota: pods, requested: pods=1, used: pods=10, limited: pods=10")),
+        "{refusals:?}"
+    );
+    let pods: Api<Pod> = Api::namespaced(clients[1].clone(), "quoted");
+    assert_eq!(
+        pods.list(&Default::default()).await.unwrap().items.len(),
+        10
+    );
+    let used = quotas
+        .get("pods")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .used
+        .unwrap();
+    assert_eq!(used["pods"].0, "10");
+
+    // A deleted pod gives its share back.
+    k.ok_ns(&["delete", "pods", "--all", "--wait=false"]);
+    rudder_tests::eventually(
+        "usage is given back",
+        std::time::Duration::from_secs(20),
+        || {
+            let quotas = quotas.clone();
+            async move {
+                let used = quotas
+                    .get("pods")
+                    .await
+                    .unwrap()
+                    .status
+                    .unwrap()
+                    .used
+                    .unwrap();
+                used["pods"].0 == "0"
+            }
+        },
+    )
+    .await;
+    k.ok_ns(&["run", "again", "--image=busybox"]);
+}
+
+rudder_tests::on_every_driver!(quota_holds_across_servers;
+    a_quota_holds_across_two_servers_on_postgres => postgres,
+    a_quota_holds_across_two_servers_on_etcd => etcd);

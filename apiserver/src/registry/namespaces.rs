@@ -326,19 +326,39 @@ impl rudder_admission::ObjectReader for StoredNamespaces {
     }
 
     async fn list_cluster_objects(&self, group: &str, plural: &str) -> Result<Vec<Value>, Denied> {
-        let registry = &self.registry;
+        self.list_served(group, plural, None).await
+    }
+
+    async fn list_namespaced_objects(
+        &self,
+        group: &str,
+        plural: &str,
+        namespace: &str,
+    ) -> Result<Vec<Value>, Denied> {
+        self.list_served(group, plural, Some(namespace)).await
+    }
+}
+
+impl StoredNamespaces {
+    /// Every object of group/plural (in `namespace`), as upstream's admission plugins read
+    /// their listers: whatever the watch cache holds (`resourceVersion=0`), not a consistent
+    /// read that waits for the store on every pod.
+    async fn list_served(
+        &self,
+        group: &str,
+        plural: &str,
+        namespace: Option<&str>,
+    ) -> Result<Vec<Value>, Denied> {
         let Some(version) = catalog::version_of(group) else {
             return Ok(Vec::new());
         };
         let Some(info) = catalog::find(group, version, plural) else {
             return Ok(Vec::new());
         };
-        // As upstream's admission plugins read their listers: whatever the watch cache holds
-        // (`resourceVersion=0`), not a consistent read that waits for the store on every pod.
         let mut options = crate::request::ListOptions::everything();
         options.resource_version = Some("0".into());
-        registry
-            .list(info, None, &options)
+        self.registry
+            .list(info, namespace, &options)
             .await
             .map(|listed| {
                 listed
