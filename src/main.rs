@@ -96,6 +96,10 @@ enum BenchCommand {
     /// What authorization costs: ConfigMap creates by an RBAC-bound token user with
     /// AlwaysAllow, RBAC, and RBAC with thousands of RoleBindings, with ratios to AlwaysAllow.
     Authz(bench::authz::AuthzBenchArgs),
+    /// What extending the API costs a write: creates of a custom resource with a 500-line
+    /// schema and 10 CEL rules, and ConfigMap creates behind one webhook or one
+    /// ValidatingAdmissionPolicy, beside plain ConfigMap creates, per driver.
+    Admission(bench::admission::AdmissionBenchArgs),
     /// Scheduling throughput shaped like upstream's scheduler_perf (SchedulingBasic, pod
     /// anti-affinity, topology spreading, preemption) on an in-process apiserver per driver.
     Scheduler(bench::scheduler::SchedulerBenchArgs),
@@ -182,6 +186,9 @@ fn main() -> ExitCode {
             Command::Bench {
                 command: BenchCommand::Authz(args),
             } => bench::authz::run(args).await,
+            Command::Bench {
+                command: BenchCommand::Admission(args),
+            } => bench::admission::run(args).await,
             Command::Bench {
                 command: BenchCommand::Scheduler(args),
             } => bench::scheduler::run(args).await,

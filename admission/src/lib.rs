@@ -11,11 +11,13 @@
 //! (NamespaceLifecycle reads namespaces, Priority reads PriorityClasses) take a small lookup
 //! trait the apiserver implements.
 
+mod default_class;
 mod limit_ranger;
 mod namespace_lifecycle;
 mod pod_plugins;
 mod pod_security;
 
+pub use default_class::{default_of, DefaultClass};
 pub use limit_ranger::LimitRanger;
 pub use namespace_lifecycle::{NamespaceLifecycle, NamespaceLookup, NamespaceState};
 pub use pod_plugins::{

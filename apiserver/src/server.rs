@@ -480,6 +480,8 @@ pub async fn start(
         .with_mutating(ServiceAccount)
         .with_mutating(Priority::new(namespaces.clone()))
         .with_mutating(DefaultTolerationSeconds)
+        .with_mutating(rudder_admission::DefaultClass::storage(namespaces.clone()))
+        .with_mutating(rudder_admission::DefaultClass::ingress(namespaces.clone()))
         .with_validating(NamespaceLifecycle::new(namespaces.clone()))
         .with_validating(rudder_admission::LimitRanger::new(namespaces.clone()))
         .with_validating(rudder_admission::PodSecurity::new(namespaces));

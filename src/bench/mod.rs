@@ -4,9 +4,11 @@
 //! hits them alike; every figure is also given as a ratio to real etcd measured in the same run.
 //! This file has the flags and the driver loop; `workloads` the traffic, `subjects` what is
 //! measured, `report` the figures and files, `charts` the pictures. `api` (with `api_report`)
-//! is `rudder bench api`, the same idea through the Kubernetes API over HTTPS; `authz` and
-//! `scheduler` measure authorization and the scheduler.
+//! is `rudder bench api`, the same idea through the Kubernetes API over HTTPS; `authz`,
+//! `admission` and `scheduler` measure authorization, the API's extensions (custom resources,
+//! webhooks, policies) and the scheduler.
 
+pub mod admission;
 pub mod api;
 mod api_report;
 pub mod authz;

@@ -348,10 +348,11 @@ async fn a_validating_admission_policy_with_a_param_limits_replicas() {
     );
 }
 
-/// The policy plugins on pods: a `restricted` namespace refuses a privileged pod (and warns
-/// about a workload), and a LimitRange fills in and bounds containers' resources.
+/// The policy plugins: a `restricted` namespace refuses a privileged pod (and warns about a
+/// workload), a LimitRange fills in and bounds containers' resources, and a claim without a
+/// class gets the default StorageClass.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pod_security_and_limit_ranges_apply_to_pods() {
+async fn policy_plugins_apply_to_pods_and_claims() {
     let dir = tempfile::tempdir().unwrap();
     let server = start(&dir);
     let k = Kubectl {
@@ -418,6 +419,26 @@ async fn pod_security_and_limit_ranges_apply_to_pods() {
         ),
         "{refused}"
     );
+    let class = k.file(
+        "class.yaml",
+        "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: standard\n  annotations: {storageclass.kubernetes.io/is-default-class: \"true\"}\nprovisioner: example.com/none\n",
+    );
+    k.ok(&["apply", "-f", &class]);
+    let claim = k.file(
+        "claim.yaml",
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data, namespace: default}\nspec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\n",
+    );
+    k.ok(&["apply", "-f", &claim]);
+    let chosen = k.ok(&[
+        "get",
+        "pvc",
+        "data",
+        "-n",
+        "default",
+        "-o",
+        "jsonpath={.spec.storageClassName}",
+    ]);
+    assert_eq!(chosen, "standard");
 }
 
 /// A ResourceQuota of 10 pods holds at exactly 10 when 50 pods are created at once through

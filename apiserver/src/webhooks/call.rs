@@ -1,7 +1,7 @@
 //! One call of an admission webhook: POST of an AdmissionReview over HTTPS to the webhook's
 //! URL (or to a ready endpoint of its Service, verified as `<service>.<namespace>.svc`), its
 //! certificate verified against the configuration's `caBundle`, within `timeoutSeconds`, and
-//! the AdmissionReview it answers with.
+//! the AdmissionReview it answers with. Connections are kept and reused between calls.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -100,11 +100,33 @@ pub async fn post(
     }
 }
 
-async fn exchange(
-    target: &Target,
-    ca_bundle: Option<&str>,
-    body: Vec<u8>,
-) -> Result<Value, String> {
+/// Idle connections to webhooks, by where they go and whom they trust, reused as upstream's
+/// client reuses them (a TLS handshake per call would cost more than most webhooks' work).
+type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+
+static IDLE: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<String, Vec<Sender>>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// At most this many idle connections are kept per webhook.
+const MAX_IDLE: usize = 16;
+
+fn pool_key(target: &Target, ca_bundle: Option<&str>) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    ca_bundle.hash(&mut hasher);
+    format!(
+        "{}|{}|{:x}",
+        target.authority,
+        target.server_name,
+        hasher.finish()
+    )
+}
+
+fn idle() -> std::sync::MutexGuard<'static, std::collections::HashMap<String, Vec<Sender>>> {
+    IDLE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+async fn connect(target: &Target, ca_bundle: Option<&str>) -> Result<Sender, String> {
     let connector = connector(ca_bundle)?;
     let tcp = tokio::net::TcpStream::connect(&target.authority)
         .await
@@ -115,39 +137,63 @@ async fn exchange(
         .connect(name, tcp)
         .await
         .map_err(|error| format!("tls: {error}"))?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
         .await
         .map_err(|error| error.to_string())?;
-    let driver = tokio::spawn(async move {
+    // The connection lives while it is used or idle, and ends when either side closes it.
+    tokio::spawn(async move {
         let _ = connection.await;
     });
+    Ok(sender)
+}
+
+async fn exchange(
+    target: &Target,
+    ca_bundle: Option<&str>,
+    body: Vec<u8>,
+) -> Result<Value, String> {
+    let key = pool_key(target, ca_bundle);
+    let reused = loop {
+        let Some(mut sender) = idle().get_mut(&key).and_then(Vec::pop) else {
+            break None;
+        };
+        if !sender.is_closed() && sender.ready().await.is_ok() {
+            break Some(sender);
+        }
+    };
+    let mut sender = match reused {
+        Some(sender) => sender,
+        None => connect(target, ca_bundle).await?,
+    };
     let request = http::Request::post(target.path.as_str())
         .header(http::header::HOST, target.authority.as_str())
         .header(http::header::CONTENT_TYPE, "application/json")
         .header(http::header::ACCEPT, "application/json")
         .body(Full::new(Bytes::from(body)))
         .map_err(|error| error.to_string())?;
-    let outcome = async {
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|error| error.to_string())?;
-        let status = response.status();
-        let bytes = Limited::new(response.into_body(), MAX_RESPONSE_BYTES)
-            .collect()
-            .await
-            .map_err(|error| format!("reading the response: {error}"))?
-            .to_bytes();
-        if !status.is_success() {
-            return Err(format!(
-                "the server responded with the status code {} but did not return more information",
-                status.as_u16()
-            ));
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|error| error.to_string())?;
+    let status = response.status();
+    let bytes = Limited::new(response.into_body(), MAX_RESPONSE_BYTES)
+        .collect()
+        .await
+        .map_err(|error| format!("reading the response: {error}"))?
+        .to_bytes();
+    if !sender.is_closed() {
+        let mut pool = idle();
+        let idle_here = pool.entry(key).or_default();
+        if idle_here.len() < MAX_IDLE {
+            idle_here.push(sender);
         }
-        serde_json::from_slice(&bytes)
-            .map_err(|error| format!("the response is not an AdmissionReview: {error}"))
     }
-    .await;
-    driver.abort();
-    outcome
+    if !status.is_success() {
+        return Err(format!(
+            "the server responded with the status code {} but did not return more information",
+            status.as_u16()
+        ));
+    }
+    serde_json::from_slice(&bytes)
+        .map_err(|error| format!("the response is not an AdmissionReview: {error}"))
 }
