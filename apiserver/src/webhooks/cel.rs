@@ -60,9 +60,17 @@ pub struct Scope {
     variables: HashMap<Key, Cel>,
 }
 
+thread_local! {
+    /// The Kubernetes CEL libraries, registered once per thread (registering them is most of
+    /// what building a context costs); each request's variables live in a child scope. One
+    /// per thread that evaluates admission CEL, kept for the thread's life.
+    static LIBRARIES: &'static Context<'static> = Box::leak(Box::new(Context::default().with_all()));
+}
+
 impl Scope {
     pub fn new(bindings: &[(&str, &Value)]) -> Self {
-        let mut context = Context::default().with_all();
+        let libraries: &'static Context<'static> = LIBRARIES.with(|libraries| *libraries);
+        let mut context = libraries.new_inner_scope();
         for (name, value) in bindings {
             context.add_variable_from_value(*name, to_cel(value));
         }

@@ -124,8 +124,7 @@ impl Webhooks {
             return object.cloned();
         }
         let name = attributes.namespace.as_deref()?;
-        let namespaces = crate::catalog::find("", "v1", "namespaces")?;
-        self.reader.get(namespaces, None, name).await.ok()
+        super::cached_namespace(&self.reader, name).await
     }
 
     /// Whether `webhook` is called for the request (a selector or condition that cannot be

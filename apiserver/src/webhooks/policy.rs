@@ -333,10 +333,7 @@ impl Validating for Policies {
             .await
             .map_err(failed)?;
         let namespace = match attributes.namespace.as_deref() {
-            Some(name) => match crate::catalog::find("", "v1", "namespaces") {
-                Some(namespaces) => self.reader.get(namespaces, None, name).await.ok(),
-                None => None,
-            },
+            Some(name) => super::cached_namespace(&self.reader, name).await,
             None if attributes.resource == "namespaces" => object.cloned(),
             None => None,
         };
