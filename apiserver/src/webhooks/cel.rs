@@ -24,7 +24,33 @@ pub struct Expression {
     program: Program,
 }
 
+thread_local! {
+    /// Compiled expressions by source, per thread (policies and conditions repeat on every
+    /// request); emptied when it reaches [`MAX_CACHED`].
+    static COMPILED: std::cell::RefCell<HashMap<String, std::rc::Rc<Expression>>> =
+        std::cell::RefCell::new(HashMap::new());
+}
+
+/// The most compiled expressions a thread keeps.
+const MAX_CACHED: usize = 4096;
+
 impl Expression {
+    /// The compiled `source`, from this thread's cache when it was compiled before.
+    pub fn cached(source: &str) -> Result<std::rc::Rc<Self>, String> {
+        if let Some(found) = COMPILED.with(|cache| cache.borrow().get(source).cloned()) {
+            return Ok(found);
+        }
+        let compiled = std::rc::Rc::new(Self::compile(source)?);
+        COMPILED.with(|cache| {
+            let mut cache = cache.borrow_mut();
+            if cache.len() >= MAX_CACHED {
+                cache.clear();
+            }
+            cache.insert(source.to_string(), compiled.clone());
+        });
+        Ok(compiled)
+    }
+
     pub fn compile(source: &str) -> Result<Self, String> {
         let program =
             Program::compile(source).map_err(|error| format!("compilation failed: {error}"))?;

@@ -163,7 +163,7 @@ impl Webhooks {
         ]);
         for condition in conditions {
             let name = condition["name"].as_str().unwrap_or("");
-            let expression = Expression::compile(condition["expression"].as_str().unwrap_or(""))?;
+            let expression = Expression::cached(condition["expression"].as_str().unwrap_or(""))?;
             match expression.holds(&scope) {
                 Ok(true) => {}
                 Ok(false) => return Ok(false),

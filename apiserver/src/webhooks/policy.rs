@@ -192,7 +192,7 @@ impl Policies {
         let spec = &policy["spec"];
         for variable in spec["variables"].as_array().into_iter().flatten() {
             let name = variable["name"].as_str().unwrap_or("");
-            let value = Expression::compile(variable["expression"].as_str().unwrap_or(""))
+            let value = Expression::cached(variable["expression"].as_str().unwrap_or(""))
                 .and_then(|expression| expression.evaluate(scope));
             match value {
                 Ok(value) => scope.bind_variable(name, value),
@@ -201,13 +201,13 @@ impl Policies {
         }
         for validation in spec["validations"].as_array().into_iter().flatten() {
             let source = validation["expression"].as_str().unwrap_or("");
-            let holds = Expression::compile(source).and_then(|expression| expression.holds(scope));
+            let holds = Expression::cached(source).and_then(|expression| expression.holds(scope));
             match holds {
                 Ok(true) => {}
                 Ok(false) => {
                     let message = validation["messageExpression"]
                         .as_str()
-                        .and_then(|source| Expression::compile(source).ok())
+                        .and_then(|source| Expression::cached(source).ok())
                         .and_then(|expression| expression.evaluate(scope).ok())
                         .and_then(|value| as_string(&value))
                         .filter(|message| !message.trim().is_empty())
@@ -286,7 +286,7 @@ impl Policies {
             ]);
             for condition in spec["matchConditions"].as_array().into_iter().flatten() {
                 let source = condition["expression"].as_str().unwrap_or("");
-                match Expression::compile(source).and_then(|e| e.holds(&scope)) {
+                match Expression::cached(source).and_then(|e| e.holds(&scope)) {
                     Ok(true) => {}
                     Ok(false) => return Verdict::Pass,
                     Err(error) => return Verdict::Error(error),
