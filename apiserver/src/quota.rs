@@ -312,19 +312,16 @@ impl Validating for ResourceQuota {
         let Some(quotas_info) = crate::catalog::find("", "v1", "resourcequotas") else {
             return Ok(());
         };
-        let mut options = ListOptions::everything();
-        options.resource_version = Some("0".into());
         let quotas = self
             .reader
-            .list(quotas_info, Some(namespace), &options)
+            .list_cached(quotas_info, Some(namespace), "", "")
             .await
             .map_err(|error| Denied {
                 code: 500,
                 reason: "InternalError",
                 message: format!("reading resource quotas: {}", error.message),
             })?;
-        for listed in quotas.items {
-            let quota: &Value = &listed;
+        for quota in &quotas {
             let name = crate::json::name(quota).to_string();
             let usage = usage_of(attributes, object, &quota["spec"]);
             let hard = &quota["spec"]["hard"];

@@ -36,6 +36,11 @@ impl Listed {
     pub fn into_value(self) -> Value {
         super::decoded::Object::into_value(self.0)
     }
+
+    /// The shared object itself.
+    pub(super) fn into_shared(self) -> std::sync::Arc<super::decoded::Object> {
+        self.0
+    }
 }
 
 impl std::ops::Deref for Listed {
@@ -228,6 +233,24 @@ impl Registry {
             ..Default::default()
         }));
         Err(error)
+    }
+
+    /// The objects of `info` (in `namespace`) the selectors pick, as the watch cache holds
+    /// them (`resourceVersion=0`): how admission plugins read the cluster, as upstream's read
+    /// their informers, without a consistent read of the store on every request.
+    pub async fn list_cached(
+        &self,
+        info: &'static ResourceInfo,
+        namespace: Option<&str>,
+        label_selector: &str,
+        field_selector: &str,
+    ) -> Result<Vec<Value>> {
+        let mut options = ListOptions::everything();
+        options.resource_version = Some("0".into());
+        options.label_selector = label_selector.to_string();
+        options.field_selector = field_selector.to_string();
+        let listed = self.list(info, namespace, &options).await?;
+        Ok(listed.items.into_iter().map(Listed::into_value).collect())
     }
 
     /// LIST.

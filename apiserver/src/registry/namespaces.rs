@@ -355,18 +355,9 @@ impl StoredNamespaces {
         let Some(info) = catalog::find(group, version, plural) else {
             return Ok(Vec::new());
         };
-        let mut options = crate::request::ListOptions::everything();
-        options.resource_version = Some("0".into());
         self.registry
-            .list(info, namespace, &options)
+            .list_cached(info, namespace, "", "")
             .await
-            .map(|listed| {
-                listed
-                    .items
-                    .into_iter()
-                    .map(super::Listed::into_value)
-                    .collect()
-            })
             .map_err(read_failed)
     }
 }

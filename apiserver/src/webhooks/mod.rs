@@ -14,22 +14,28 @@ pub mod policy;
 pub use plugin::Webhooks;
 pub use policy::Policies;
 
+use rudder_admission::Attributes;
 use serde_json::Value;
 
 use crate::registry::Registry;
-use crate::request::ListOptions;
 
-/// The Namespace `name` as the watch cache holds it (as upstream's plugins read their
-/// informers: no store round trip per request).
-pub(crate) async fn cached_namespace(reader: &Registry, name: &str) -> Option<Value> {
+/// The Namespace a request is judged with: the one it is in, as the watch cache holds it (as
+/// upstream's plugins read their informers: no store round trip per request), or the
+/// Namespace the request writes.
+pub(crate) async fn namespace_of(
+    reader: &Registry,
+    attributes: &Attributes,
+    object: Option<&Value>,
+) -> Option<Value> {
+    let Some(name) = attributes.namespace.as_deref() else {
+        let writes_namespace = attributes.group.is_empty() && attributes.resource == "namespaces";
+        return object.filter(|_| writes_namespace).cloned();
+    };
     let namespaces = crate::catalog::find("", "v1", "namespaces")?;
-    let mut options = ListOptions::everything();
-    options.resource_version = Some("0".into());
-    options.field_selector = format!("metadata.name={name}");
-    let listed = reader.list(namespaces, None, &options).await.ok()?;
-    listed
-        .items
-        .into_iter()
-        .next()
-        .map(|item| item.into_value())
+    let field_selector = format!("metadata.name={name}");
+    let listed = reader
+        .list_cached(namespaces, None, "", &field_selector)
+        .await
+        .ok()?;
+    listed.into_iter().next()
 }

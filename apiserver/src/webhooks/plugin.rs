@@ -94,14 +94,11 @@ impl Webhooks {
         &self,
         info: &'static crate::catalog::ResourceInfo,
     ) -> Result<Vec<Value>, Denied> {
-        let mut options = ListOptions::everything();
-        options.resource_version = Some("0".into());
-        let listed = self
+        let mut items = self
             .reader
-            .list(info, None, &options)
+            .list_cached(info, None, "", "")
             .await
             .map_err(|error| internal(format!("reading {}: {}", info.plural, error.message)))?;
-        let mut items: Vec<Value> = listed.items.into_iter().map(|i| i.into_value()).collect();
         items.sort_by(|a, b| crate::json::name(a).cmp(crate::json::name(b)));
         Ok(items)
     }
@@ -117,14 +114,6 @@ impl Webhooks {
             .iter()
             .flat_map(|c| c["webhooks"].as_array().cloned().unwrap_or_default())
             .collect())
-    }
-
-    async fn namespace_of(&self, attributes: &Attributes, object: Option<&Value>) -> Option<Value> {
-        if attributes.group.is_empty() && attributes.resource == "namespaces" {
-            return object.cloned();
-        }
-        let name = attributes.namespace.as_deref()?;
-        super::cached_namespace(&self.reader, name).await
     }
 
     /// Whether `webhook` is called for the request (a selector or condition that cannot be
@@ -380,7 +369,7 @@ impl Mutating for Webhooks {
         if webhooks.is_empty() {
             return Ok(());
         }
-        let namespace = self.namespace_of(attributes, object.as_deref()).await;
+        let namespace = super::namespace_of(&self.reader, attributes, object.as_deref()).await;
         // Every webhook once, in order; then, once more, each IfNeeded webhook a later one
         // changed the object after.
         let mut called_if_needed = Vec::new();
@@ -501,7 +490,7 @@ impl Validating for Webhooks {
         if webhooks.is_empty() {
             return Ok(());
         }
-        let namespace = self.namespace_of(attributes, object).await;
+        let namespace = super::namespace_of(&self.reader, attributes, object).await;
         let request = Request {
             attributes,
             object,

@@ -24,7 +24,6 @@ use crate::kinds::admissionregistration::{
     VALIDATING_ADMISSION_POLICIES, VALIDATING_ADMISSION_POLICY_BINDINGS,
 };
 use crate::registry::Registry;
-use crate::request::ListOptions;
 use crate::selectors::LabelSelector;
 
 /// The policy plugin; reads policies, bindings, params and namespaces through `reader` (a
@@ -67,15 +66,10 @@ impl Policies {
         namespace: Option<&str>,
         selector: &str,
     ) -> Result<Vec<Value>, String> {
-        let mut options = ListOptions::everything();
-        options.resource_version = Some("0".into());
-        options.label_selector = selector.to_string();
-        let listed = self
-            .reader
-            .list(info, namespace, &options)
+        self.reader
+            .list_cached(info, namespace, selector, "")
             .await
-            .map_err(|error| format!("reading {}: {}", info.plural, error.message))?;
-        Ok(listed.items.into_iter().map(|i| i.into_value()).collect())
+            .map_err(|error| format!("reading {}: {}", info.plural, error.message))
     }
 
     /// Whether a `MatchResources` covers the request.
@@ -332,11 +326,7 @@ impl Validating for Policies {
             .list(&VALIDATING_ADMISSION_POLICIES, None, "")
             .await
             .map_err(failed)?;
-        let namespace = match attributes.namespace.as_deref() {
-            Some(name) => super::cached_namespace(&self.reader, name).await,
-            None if attributes.resource == "namespaces" => object.cloned(),
-            None => None,
-        };
+        let namespace = super::namespace_of(&self.reader, attributes, object).await;
         for binding in &bindings {
             let policy_name = binding["spec"]["policyName"].as_str().unwrap_or("");
             let binding_name = crate::json::name(binding);
