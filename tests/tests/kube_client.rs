@@ -1,5 +1,6 @@
 //! kube-rs against the apiserver on every storage driver: typed CRUD through `kube::Api`,
-//! errors as `Status`, a kube-runtime watcher that must see every event, and two apiservers on
+//! errors as `Status`, kube-runtime watchers (listing, and streaming lists) that must see every
+//! event, and two apiservers on
 //! one shared store where a watch on one sees writes made through the other.
 
 // Test code: a failed expectation is meant to panic.
@@ -336,13 +337,25 @@ async fn crud(harness: Box<dyn Harness>) {
 }
 
 /// Collects watcher events until `done` says the expected ones arrived (or time runs out).
+/// A kube-runtime watcher — listing first, and streaming its list as WATCH events
+/// (`sendInitialEvents`, KEP-3157) — must see every event.
 async fn watch_everything(harness: Box<dyn Harness>) {
     let (running, _dir) = start(harness.as_ref()).await;
     let client = client(&running).await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    let events = watcher(
+    let mut before = configmap("before", "0");
+    before.metadata.labels = Some(BTreeMap::from([("suite".into(), "watch".into())]));
+    api.create(&PostParams::default(), &before).await.unwrap();
+    let listing = watcher(
         api.clone(),
         watcher::Config::default().labels("suite=watch"),
+    )
+    .applied_objects_or_deleted();
+    let streaming = watcher(
+        api.clone(),
+        watcher::Config::default()
+            .labels("suite=watch")
+            .streaming_lists(),
     )
     .applied_objects_or_deleted();
     let writer = tokio::spawn({
@@ -368,52 +381,71 @@ async fn watch_everything(harness: Box<dyn Harness>) {
             }
         }
     });
-    let mut seen: Vec<(String, String)> = Vec::new();
-    let mut stream = std::pin::pin!(events);
-    let collect = async {
-        while let Some(event) = stream.try_next().await.unwrap() {
-            match event {
-                Event::Applied(cm) => {
-                    let value = cm
-                        .data
-                        .unwrap_or_default()
-                        .get("key")
-                        .cloned()
-                        .unwrap_or_default();
-                    seen.push((cm.metadata.name.unwrap(), format!("applied {value}")));
-                }
-                Event::Deleted(cm) => seen.push((cm.metadata.name.unwrap(), "deleted".into())),
-            }
-            if seen.iter().filter(|(_, what)| what == "deleted").count() == 20 {
-                break;
-            }
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(60), collect)
-        .await
-        .unwrap();
+    let (listed, streamed) = tokio::time::timeout(
+        Duration::from_secs(60),
+        futures::future::join(collect(listing), collect(streaming)),
+    )
+    .await
+    .unwrap();
     writer.await.unwrap();
-    for index in 0..20 {
-        let name = format!("w-{index}");
-        let history: Vec<&str> = seen
+    for (how, seen) in [("listing", listed), ("streaming", streamed)] {
+        let start: Vec<(&str, &str)> = seen
             .iter()
-            .filter(|(n, _)| *n == name)
-            .map(|(_, what)| what.as_str())
+            .take(2)
+            .map(|(name, what)| (name.as_str(), what.as_str()))
             .collect();
-        assert_eq!(
-            history,
-            vec!["applied 0", "applied 1", "deleted"],
-            "{name}: {history:?}"
-        );
+        assert_eq!(start, [("before", "applied 0"), ("", "init done")], "{how}");
+        for index in 0..20 {
+            let name = format!("w-{index}");
+            let history: Vec<&str> = seen
+                .iter()
+                .filter(|(n, _)| *n == name)
+                .map(|(_, what)| what.as_str())
+                .collect();
+            assert_eq!(
+                history,
+                vec!["applied 0", "applied 1", "deleted"],
+                "{how} {name}: {history:?}"
+            );
+        }
     }
     running.stop().await.unwrap();
     harness.cleanup().await;
+}
+
+/// What a watcher saw — (name, "applied <key>" | "deleted") — until 20 objects were deleted.
+async fn collect(
+    events: impl futures::Stream<Item = Result<Event, watcher::Error>>,
+) -> Vec<(String, String)> {
+    let mut seen: Vec<(String, String)> = Vec::new();
+    let mut stream = std::pin::pin!(events);
+    while let Some(event) = stream.try_next().await.unwrap() {
+        match event {
+            Event::Applied(cm) => {
+                let value = cm
+                    .data
+                    .unwrap_or_default()
+                    .get("key")
+                    .cloned()
+                    .unwrap_or_default();
+                seen.push((cm.metadata.name.unwrap(), format!("applied {value}")));
+            }
+            Event::Deleted(cm) => seen.push((cm.metadata.name.unwrap(), "deleted".into())),
+            Event::InitDone => seen.push((String::new(), "init done".into())),
+        }
+        if seen.iter().filter(|(_, what)| what == "deleted").count() == 20 {
+            break;
+        }
+    }
+    seen
 }
 
 /// What `applied_objects_or_deleted` yields.
 enum Event {
     Applied(ConfigMap),
     Deleted(ConfigMap),
+    /// The initial list (or stream of initial events) is complete.
+    InitDone,
 }
 
 trait AppliedOrDeleted {
@@ -435,7 +467,8 @@ where
                     vec![Ok(Event::Applied(cm))]
                 }
                 watcher::Event::Delete(cm) => vec![Ok(Event::Deleted(cm))],
-                watcher::Event::Init | watcher::Event::InitDone => vec![],
+                watcher::Event::InitDone => vec![Ok(Event::InitDone)],
+                watcher::Event::Init => vec![],
             })
         })
         .try_flatten()

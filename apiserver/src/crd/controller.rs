@@ -97,10 +97,10 @@ async fn follow(
         let Some(event) = event else {
             return;
         };
-        let name = crate::json::name(&event.object).to_string();
+        let name = crate::json::name(&event.object.value).to_string();
         match event.kind {
             WatchEventKind::Added | WatchEventKind::Modified => {
-                crds.insert(name, event.object);
+                crds.insert(name, event.into_value());
             }
             WatchEventKind::Deleted => {
                 crds.remove(&name);

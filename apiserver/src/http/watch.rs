@@ -55,14 +55,17 @@ pub async fn serve(
         .take_until(tokio::time::sleep_until(deadline))
         .map(move |event| {
             let object = match (output, event.kind) {
-                (_, WatchEventKind::Error | WatchEventKind::Bookmark) => event.object,
+                (Output::Object(_), _) | (_, WatchEventKind::Error | WatchEventKind::Bookmark) => {
+                    // The object's JSON, encoded once for every watcher it goes to.
+                    return Ok(event_line(event.kind.as_str(), event.object.json()));
+                }
                 (Output::Table(version), _) => {
                     let with_columns = std::mem::replace(&mut first_table, false);
                     respond::table(
                         info,
                         version,
-                        std::slice::from_ref(&event.object),
-                        json!({"resourceVersion": event.object["metadata"]["resourceVersion"]}),
+                        std::slice::from_ref(&event.object.value),
+                        json!({"resourceVersion": event.object.value["metadata"]["resourceVersion"]}),
                         include,
                         with_columns,
                     )
@@ -70,15 +73,11 @@ pub async fn serve(
                 (Output::Metadata(_), _) => json!({
                     "kind": "PartialObjectMetadata",
                     "apiVersion": "meta.k8s.io/v1",
-                    "metadata": event.object["metadata"],
+                    "metadata": event.object.value["metadata"],
                 }),
-                (Output::Object(_), _) => event.object,
             };
-            let mut line =
-                serde_json::to_vec(&json!({"type": event.kind.as_str(), "object": object}))
-                    .unwrap_or_default();
-            line.push(b'\n');
-            Ok::<Bytes, std::convert::Infallible>(Bytes::from(line))
+            let encoded = serde_json::to_vec(&object).unwrap_or_default();
+            Ok::<Bytes, std::convert::Infallible>(event_line(event.kind.as_str(), &encoded))
         });
     Response::builder()
         .status(StatusCode::OK)
@@ -86,4 +85,30 @@ pub async fn serve(
         .header(http::header::CACHE_CONTROL, "no-cache, private")
         .body(Body::from_stream(stream))
         .map_err(|error| ApiError::internal(format!("building the watch response: {error}")))
+}
+
+/// One line of a JSON watch stream: `{"type":"ADDED","object":{…}}`.
+fn event_line(kind: &str, object: &[u8]) -> Bytes {
+    let mut line = Vec::with_capacity(object.len() + kind.len() + 24);
+    line.extend_from_slice(b"{\"type\":\"");
+    line.extend_from_slice(kind.as_bytes());
+    line.extend_from_slice(b"\",\"object\":");
+    line.extend_from_slice(object);
+    line.extend_from_slice(b"}\n");
+    Bytes::from(line)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_event_line_is_the_upstream_json_shape() {
+        let line = super::event_line("ADDED", br#"{"kind":"Pod"}"#);
+        let parsed: serde_json::Value =
+            serde_json::from_slice(&line).expect("one JSON object per line");
+        assert_eq!(
+            parsed,
+            serde_json::json!({"type": "ADDED", "object": {"kind": "Pod"}})
+        );
+        assert!(line.ends_with(b"\n"));
+    }
 }

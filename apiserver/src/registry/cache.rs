@@ -15,7 +15,12 @@
 //!   revision, and the continue pages of that list are served from it (KEP-4988). A page
 //!   whose snapshot is gone, an `Exact` resourceVersion, or a cache that cannot catch up in
 //!   time falls back to the store, which serves any revision it still has.
-//! - A watch that ends (compaction, a store restart) makes the cacher list again.
+//! - Watches are served from the cacher too (`fanout.rs`): every batch the cacher applies
+//!   is kept in a window of recent events and broadcast to its watchers, so N watches of a
+//!   resource cost one storage watch, one decode per object and one JSON encoding per event.
+//! - A watch that ends (compaction, a store restart) makes the cacher list again; its
+//!   watchers are ended (they re-watch from their last resourceVersion, as after any
+//!   dropped watch).
 //! - Kinds shown by one API in another API's stored form (events.k8s.io Events) are not
 //!   cached; `--watch-cache=false` turns the cache off.
 
@@ -26,7 +31,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use imbl::OrdMap;
 use rudder_storage::{EventKind, KeyRange, RangeRequest, Storage, WatchRequest};
-use tokio::sync::{watch, Notify};
+use tokio::sync::{broadcast, watch, Notify};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -46,8 +51,41 @@ const SNAPSHOT_TTL: Duration = Duration::from_secs(75);
 const MAX_SNAPSHOTS: usize = 16;
 /// How long a cacher waits before listing again after its watch failed.
 const RELIST_DELAY: Duration = Duration::from_secs(1);
+/// Events kept per resource for watches that start from a recent resourceVersion (they
+/// share the objects of the cache, so an event costs little more than its key).
+const WINDOW_EVENTS: usize = 10_000;
+/// Batches a watcher may fall behind the broadcast before it catches up from the window.
+const BROADCAST_BATCHES: usize = 1024;
+/// How often a cacher with watchers asks the store for progress, so that bookmarks move on
+/// while the resource is quiet.
+const PROGRESS_INTERVAL: Duration = Duration::from_secs(20);
 
-type Objects = OrdMap<Vec<u8>, Arc<Object>>;
+pub(super) type Objects = OrdMap<Vec<u8>, Arc<Object>>;
+
+/// One storage batch as the cache applied it, shared by every watcher of the resource; a
+/// batch without events is progress (nothing under the prefix changed up to `revision`).
+pub(super) struct Batch {
+    /// The cache's revision once this batch was applied.
+    pub revision: i64,
+    pub events: Vec<CachedEvent>,
+}
+
+/// One change to one object.
+pub(super) struct CachedEvent {
+    pub key: Vec<u8>,
+    pub revision: i64,
+    pub change: Change,
+}
+
+pub(super) enum Change {
+    /// Created or updated: the object now, and as it was before (none: created).
+    Put {
+        new: Arc<Object>,
+        old: Option<Arc<Object>>,
+    },
+    /// Deleted: its last state, shown at the delete's revision.
+    Delete { old: Arc<Object> },
+}
 
 /// The caches of every resource read so far.
 pub struct WatchCache {
@@ -70,12 +108,51 @@ struct Cacher {
     progress: Notify,
 }
 
-#[derive(Default)]
 struct State {
     objects: Objects,
     revision: i64,
     /// Paged lists' snapshots, newest last.
     snapshots: VecDeque<(i64, Instant, Objects)>,
+    /// The latest batches, oldest first: every change after `floor` is in them.
+    window: VecDeque<Arc<Batch>>,
+    window_events: usize,
+    floor: i64,
+    /// The watchers of this generation of the cache (a new list starts a new one).
+    watchers: broadcast::Sender<Arc<Batch>>,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        Self {
+            objects: Objects::new(),
+            revision: 0,
+            snapshots: VecDeque::new(),
+            window: VecDeque::new(),
+            window_events: 0,
+            floor: 0,
+            watchers: broadcast::Sender::new(BROADCAST_BATCHES),
+        }
+    }
+}
+
+impl State {
+    /// Keeps `batch` in the window (trimmed to [`WINDOW_EVENTS`]) and hands it to the watchers.
+    fn publish(&mut self, batch: Batch) {
+        let batch = Arc::new(batch);
+        if !batch.events.is_empty() {
+            self.window_events += batch.events.len();
+            self.window.push_back(batch.clone());
+            while self.window_events > WINDOW_EVENTS {
+                let Some(oldest) = self.window.pop_front() else {
+                    break;
+                };
+                self.window_events -= oldest.events.len();
+                self.floor = oldest.revision;
+            }
+        }
+        // No receiver is not an error: nobody watches yet.
+        let _ = self.watchers.send(batch);
+    }
 }
 
 /// How a LIST names the revision it wants.
@@ -213,7 +290,85 @@ impl WatchCache {
     }
 }
 
+/// Where a watch served from the cache starts.
+pub(super) enum Start {
+    /// The objects as of a revision reached as a LIST would (`Wanted`), then their changes.
+    Replay(Wanted),
+    /// The changes after this revision.
+    After(i64),
+}
+
+/// A watcher's place in its resource's cache.
+pub(super) struct Subscription {
+    /// The objects to replay (a replay only), as of `revision`.
+    pub snapshot: Option<Objects>,
+    /// Batches after `revision` the window already holds.
+    pub backlog: Vec<Arc<Batch>>,
+    /// The batches from here on (closed when the cache lists again).
+    pub receiver: broadcast::Receiver<Arc<Batch>>,
+    pub revision: i64,
+}
+
+impl WatchCache {
+    /// A watcher of `info` starting at `start`, or `None` when the store must serve the watch:
+    /// the kind is not cached, the cache did not reach the revision in time, or the changes
+    /// after the revision asked for are older than the window.
+    pub(super) async fn subscribe(
+        &self,
+        info: &'static ResourceInfo,
+        start: Start,
+    ) -> Option<Subscription> {
+        let cacher = self.cacher(info)?;
+        match start {
+            Start::Replay(wanted) => {
+                let minimum = match wanted {
+                    Wanted::Any => 1,
+                    Wanted::NotOlderThan(minimum) => minimum.max(1),
+                    Wanted::Consistent => self.current_revision(&cacher.prefix).await?.max(1),
+                    Wanted::Continue(..) => return None,
+                };
+                cacher.wait_for(minimum).await?;
+                Some(cacher.read(|state| Subscription {
+                    snapshot: Some(state.objects.clone()),
+                    backlog: Vec::new(),
+                    receiver: state.watchers.subscribe(),
+                    revision: state.revision,
+                }))
+            }
+            Start::After(revision) => {
+                cacher.wait_for(1).await?;
+                cacher.read(|state| {
+                    if revision < state.floor {
+                        return None;
+                    }
+                    let backlog = state
+                        .window
+                        .iter()
+                        .filter(|batch| batch.revision > revision)
+                        .cloned()
+                        .collect();
+                    Some(Subscription {
+                        snapshot: None,
+                        backlog,
+                        receiver: state.watchers.subscribe(),
+                        revision,
+                    })
+                })
+            }
+        }
+    }
+}
+
 impl Cacher {
+    /// Reads the state (a poisoned lock still holds consistent data: every write is one
+    /// closure that cannot panic half-way through the map operations it makes).
+    fn read<T>(&self, look: impl FnOnce(&State) -> T) -> T {
+        match self.state.read() {
+            Ok(state) => look(&state),
+            Err(poisoned) => look(&poisoned.into_inner()),
+        }
+    }
+
     fn current(&self) -> (Objects, i64) {
         match self.state.read() {
             Ok(state) => (state.objects.clone(), state.revision),
@@ -369,12 +524,19 @@ async fn list_all(
         state.objects = objects;
         state.revision = revision;
         state.snapshots.clear();
+        // The watchers of the previous generation end (their sender goes); the window starts
+        // again from the list.
+        state.window.clear();
+        state.window_events = 0;
+        state.floor = revision;
+        state.watchers = broadcast::Sender::new(BROADCAST_BATCHES);
     });
     cacher.revision.send_replace(revision);
     Ok(revision)
 }
 
-/// Applies the prefix's changes after `listed` (the list's revision) until the watch ends.
+/// Applies the prefix's changes after `listed` (the list's revision) until the watch ends,
+/// keeping each batch in the window and handing it to the watchers.
 async fn follow(
     cacher: &Cacher,
     info: &ResourceInfo,
@@ -383,11 +545,20 @@ async fn follow(
     listed: i64,
     shutdown: &CancellationToken,
 ) {
+    let mut progress = tokio::time::interval(PROGRESS_INTERVAL);
+    progress.tick().await;
     loop {
         let batch = tokio::select! {
             () = shutdown.cancelled() => return,
             () = cacher.progress.notified() => {
                 stream.request_progress();
+                continue;
+            }
+            _ = progress.tick() => {
+                // Only watchers need the cache to move on while the resource is quiet.
+                if cacher.read(|state| state.watchers.receiver_count()) > 0 {
+                    stream.request_progress();
+                }
                 continue;
             }
             batch = stream.next() => batch,
@@ -400,8 +571,9 @@ async fn follow(
             }
             None => return,
         };
-        // Decoded outside the lock; applied in one write.
-        let changes: Vec<(Vec<u8>, Option<Object>, i64)> = batch
+        // Decoded outside the lock (this task is the cache's only writer, so what it reads
+        // of the current objects here is still current when it writes).
+        let decoded: Vec<(Vec<u8>, Option<Object>, i64)> = batch
             .events
             .iter()
             .filter(|event| event.kv.mod_revision > listed)
@@ -415,19 +587,40 @@ async fn follow(
             .collect();
         let mut reached = batch.revision;
         cacher.write(|state| {
-            for (key, object, revision) in changes {
+            let mut events = Vec::with_capacity(decoded.len());
+            for (key, object, revision) in decoded {
                 reached = reached.max(revision);
-                match object {
+                let change = match object {
                     Some(object) => {
-                        state.objects.insert(key, Arc::new(object));
+                        let new = Arc::new(object);
+                        let old = state.objects.insert(key.clone(), new.clone());
+                        Change::Put { new, old }
                     }
-                    None => {
-                        state.objects.remove(&key);
-                    }
-                }
+                    None => match state.objects.remove(&key) {
+                        Some(old) => Change::Delete {
+                            old: Arc::new(Object::new(object::with_resource_version(
+                                old.value.clone(),
+                                revision,
+                            ))),
+                        },
+                        None => continue,
+                    },
+                };
+                events.push(CachedEvent {
+                    key,
+                    revision,
+                    change,
+                });
             }
             reached = reached.max(state.revision);
+            let moved = reached > state.revision;
             state.revision = reached;
+            if moved || !events.is_empty() {
+                state.publish(Batch {
+                    revision: reached,
+                    events,
+                });
+            }
         });
         cacher.revision.send_if_modified(|current| {
             let moved = reached > *current;
@@ -617,5 +810,178 @@ mod tests {
             .await
             .expect_err("too new");
         assert_eq!(error.code, 504);
+    }
+
+    async fn next_event(
+        events: &mut crate::registry::WatchEvents,
+    ) -> (crate::registry::WatchEventKind, String, String) {
+        use futures::StreamExt;
+        let event = tokio::time::timeout(std::time::Duration::from_secs(5), events.next())
+            .await
+            .expect("an event in time")
+            .expect("the watch goes on");
+        let value = event.object.value.clone();
+        (
+            event.kind,
+            value["metadata"]["name"].as_str().unwrap_or("").to_string(),
+            value["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+        )
+    }
+
+    fn far_deadline() -> tokio::time::Instant {
+        tokio::time::Instant::now() + std::time::Duration::from_secs(60)
+    }
+
+    #[tokio::test]
+    async fn watchers_share_the_caches_events_and_one_storage_watch() {
+        use crate::registry::WatchEventKind::*;
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let url = format!("sqlite://{}", dir.path().join("state.db").display());
+        let metrics = std::sync::Arc::new(rudder_storage::instrumented::StorageMetrics::default());
+        let storage = rudder_storage::instrumented::Instrumented::wrap(
+            rudder_storage::open(&url).await.expect("sqlite opens"),
+            metrics.clone(),
+        );
+        let cidr = super::super::Cidr::parse("10.96.0.0/12").expect("cidr");
+        let allocators = super::super::Allocators::new(storage.clone(), cidr, 30000..=32767);
+        let registry = Registry::new(
+            storage.clone(),
+            std::sync::Arc::new(rudder_admission::Chain::new()),
+            allocators,
+        )
+        .with_watch_cache();
+        let configmaps = catalog::find("", "v1", "configmaps").expect("served");
+        create(&registry, "a").await;
+        let mut watchers = Vec::new();
+        for _ in 0..3 {
+            let events = registry
+                .watch(configmaps, None, &ListOptions::everything(), far_deadline())
+                .await
+                .expect("watches");
+            watchers.push(events);
+        }
+        for events in watchers.iter_mut() {
+            let (kind, name, _) = next_event(events).await;
+            assert_eq!((kind, name.as_str()), (Added, "a"), "the replay");
+        }
+        create(&registry, "b").await;
+        storage
+            .delete(b"/registry/configmaps/default/a", None)
+            .await
+            .expect("raw delete");
+        let status = storage.status().await.expect("status");
+        for events in watchers.iter_mut() {
+            let (kind, name, _) = next_event(events).await;
+            assert_eq!((kind, name.as_str()), (Added, "b"));
+            let (kind, name, version) = next_event(events).await;
+            assert_eq!((kind, name.as_str()), (Deleted, "a"));
+            assert_eq!(
+                version,
+                status.revision.to_string(),
+                "a deletion shows its revision"
+            );
+        }
+        let mut text = String::new();
+        let mut exposition = prometheus_client::registry::Registry::default();
+        metrics.register(&mut exposition);
+        prometheus_client::encoding::text::encode(&mut text, &exposition).expect("encodes");
+        let watches = text
+            .lines()
+            .find(|line| {
+                line.starts_with("rudder_storage_request_duration_seconds_count")
+                    && line.contains("operation=\"watch\"")
+            })
+            .and_then(|line| line.rsplit(' ').next())
+            .and_then(|count| count.parse::<u64>().ok());
+        assert_eq!(
+            watches,
+            Some(1),
+            "three watchers, one storage watch (the cache's):\n{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_watch_from_a_recent_revision_gets_the_changes_after_it() {
+        use crate::registry::WatchEventKind::*;
+        let (registry, _storage, _dir) = cached_registry().await;
+        let configmaps = catalog::find("", "v1", "configmaps").expect("served");
+        create(&registry, "a").await;
+        let listed = registry
+            .list(configmaps, None, &ListOptions::everything())
+            .await
+            .expect("lists");
+        create(&registry, "b").await;
+        create(&registry, "c").await;
+        let mut options = ListOptions::everything();
+        options.resource_version = Some(listed.resource_version.to_string());
+        let mut events = registry
+            .watch(configmaps, None, &options, far_deadline())
+            .await
+            .expect("watches");
+        assert_eq!(next_event(&mut events).await.1, "b");
+        assert_eq!(next_event(&mut events).await.1, "c");
+        // A label selector: objects entering and leaving it are ADDED and DELETED.
+        let mut options = ListOptions::everything();
+        options.label_selector = "app=web".into();
+        let mut selected = registry
+            .watch(configmaps, Some("default"), &options, far_deadline())
+            .await
+            .expect("watches");
+        let configmap = |labels: serde_json::Value| Input {
+            object: json!({"metadata": {"name": "b", "namespace": "default", "labels": labels}}),
+            duplicate_fields: Vec::new(),
+        };
+        for labels in [
+            json!({"app": "web"}),
+            json!({"app": "web", "x": "y"}),
+            json!({}),
+        ] {
+            registry
+                .update(
+                    configmaps,
+                    Some("default"),
+                    "b",
+                    None,
+                    configmap(labels),
+                    &write(),
+                )
+                .await
+                .expect("updated");
+        }
+        assert_eq!(next_event(&mut selected).await.0, Added);
+        assert_eq!(next_event(&mut selected).await.0, Modified);
+        assert_eq!(next_event(&mut selected).await.0, Deleted);
+    }
+
+    #[test]
+    fn the_window_keeps_the_latest_events_and_says_from_where() {
+        let mut state = super::State::default();
+        let event = |revision: i64| super::CachedEvent {
+            key: b"/k".to_vec(),
+            revision,
+            change: super::Change::Delete {
+                old: std::sync::Arc::new(super::Object::new(json!({}))),
+            },
+        };
+        for revision in 1..=(super::WINDOW_EVENTS as i64 + 5) {
+            state.publish(super::Batch {
+                revision,
+                events: vec![event(revision)],
+            });
+        }
+        assert_eq!(state.window_events, super::WINDOW_EVENTS);
+        assert_eq!(
+            state.floor, 5,
+            "changes after revision 5 are all in the window"
+        );
+        // Progress is broadcast, not kept.
+        state.publish(super::Batch {
+            revision: 100_000,
+            events: Vec::new(),
+        });
+        assert_eq!(state.window.len(), super::WINDOW_EVENTS);
     }
 }

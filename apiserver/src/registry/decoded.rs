@@ -13,10 +13,12 @@ use serde_json::Value;
 
 use crate::selectors::{self, FieldSet, Fields};
 
-/// A decoded object and, once a field selector asked, its selectable fields.
+/// A decoded object and, once asked, its selectable fields and its JSON encoding — each
+/// worked out once for every watcher and list that shares the object.
 pub struct Object {
     pub value: Value,
     fields: OnceLock<Fields>,
+    json: OnceLock<bytes::Bytes>,
 }
 
 impl Object {
@@ -24,7 +26,15 @@ impl Object {
         Self {
             value,
             fields: OnceLock::new(),
+            json: OnceLock::new(),
         }
+    }
+
+    /// The object as JSON, encoded on first use and shared from then on (a watch event goes
+    /// to every watcher it matches as the same bytes).
+    pub fn json(&self) -> &bytes::Bytes {
+        self.json
+            .get_or_init(|| bytes::Bytes::from(serde_json::to_vec(&self.value).unwrap_or_default()))
     }
 
     /// The fields field selectors compare, worked out once for all watchers.

@@ -3,6 +3,12 @@
 //! unset or `0` first replays the current state as ADDED events; a compacted start revision
 //! ends the watch with a 410 Expired ERROR event; bookmarks come from the hub's progress.
 //!
+//! Where the resource has a watch cache, a watch is one of its subscribers (`serve_cached`):
+//! the replay is a snapshot of the cache, and the live events are the cache's batches,
+//! filtered per watcher — one storage watch, one decode per object and one JSON encoding per
+//! event however many watch. Otherwise (no cache, a kind the cache does not hold, or a start
+//! revision older than the cache's window) the watch has a storage watch of its own.
+//!
 //! A watcher holds at most about a megabyte for its client: the replay is read a page at a
 //! time as the client takes it, queued events count against a byte budget, and a client that
 //! stops reading for 30 s (or a watch past its deadline) ends the watcher whether or not the
@@ -16,6 +22,7 @@ use rudder_storage::{EventKind, KeyRange, WatchRequest};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
+use super::cache::{Batch, CachedEvent, Change, Start, Subscription, Wanted, WatchCache};
 use super::decoded::{Decoded, Object};
 use super::list::{list_prefix, Filter};
 use super::object;
@@ -51,19 +58,29 @@ impl WatchEventKind {
     }
 }
 
-/// One event for one client.
-#[derive(Clone, Debug)]
+/// One event for one client; its object is shared with every other watcher it went to (and
+/// with the watch cache), JSON-encoded once for all of them.
+#[derive(Clone)]
 pub struct WatchEvent {
     pub kind: WatchEventKind,
-    pub object: Value,
+    pub(crate) object: Arc<Object>,
 }
 
 impl WatchEvent {
-    fn error(error: &ApiError) -> Self {
+    fn new(kind: WatchEventKind, object: Value) -> Self {
         Self {
-            kind: WatchEventKind::Error,
-            object: error.status(),
+            kind,
+            object: Arc::new(Object::new(object)),
         }
+    }
+
+    fn error(error: &ApiError) -> Self {
+        Self::new(WatchEventKind::Error, error.status())
+    }
+
+    /// The object, copied only when another watcher or the cache still holds it.
+    pub fn into_value(self) -> Value {
+        Object::into_value(self.object)
     }
 }
 
@@ -72,10 +89,10 @@ fn bookmark(info: &ResourceInfo, revision: i64, initial_events_end: bool) -> Wat
     if initial_events_end {
         metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
     }
-    WatchEvent {
-        kind: WatchEventKind::Bookmark,
-        object: json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": metadata}),
-    }
+    WatchEvent::new(
+        WatchEventKind::Bookmark,
+        json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": metadata}),
+    )
 }
 
 /// What one watcher may hold queued for its client, in encoded bytes (always room for one
@@ -164,9 +181,9 @@ impl Outbox {
         }
     }
 
-    /// Sends an event whose size is not known yet.
+    /// Sends an event costed by its encoding (made here once, shared by every watcher).
     async fn send_measured(&self, event: WatchEvent) -> Result<(), Ended> {
-        let cost = encoded_len(&event.object);
+        let cost = event.object.json().len();
         self.send(event, cost).await
     }
 }
@@ -213,6 +230,34 @@ impl Registry {
                 ))
             })?,
         };
+        if let Some(cache) = &self.cache {
+            let start = if replay {
+                Start::Replay(match options.resource_version.as_deref() {
+                    None | Some("") => Wanted::Consistent,
+                    Some("0") => Wanted::Any,
+                    Some(_) => Wanted::NotOlderThan(start_revision),
+                })
+            } else {
+                Start::After(start_revision)
+            };
+            if let Some(subscription) = cache.subscribe(info, start).await {
+                let watcher = CachedWatcher {
+                    info,
+                    filter,
+                    prefix,
+                    allow_bookmarks: options.allow_bookmarks,
+                    initial_events_end: options.send_initial_events && options.allow_bookmarks,
+                    cache: cache.clone(),
+                };
+                self.tasks.spawn(watcher.serve(
+                    subscription,
+                    outbox,
+                    deadline,
+                    self.shutdown.clone(),
+                ));
+                return Ok(events);
+            }
+        }
         let mut page_options = options.clone();
         page_options.limit = Some(FIRST_REPLAY_PAGE);
         page_options.continue_token = None;
@@ -248,7 +293,7 @@ impl Registry {
                     for object in listed.items {
                         let event = WatchEvent {
                             kind: WatchEventKind::Added,
-                            object: object.into_value(),
+                            object: object.into_shared(),
                         };
                         outbox.send_measured(event).await?;
                     }
@@ -318,6 +363,128 @@ impl Registry {
     }
 }
 
+/// A watch served from the watch cache.
+struct CachedWatcher {
+    info: &'static ResourceInfo,
+    filter: Filter,
+    /// The keys it watches (the resource, or one namespace of it).
+    prefix: Vec<u8>,
+    allow_bookmarks: bool,
+    initial_events_end: bool,
+    cache: Arc<WatchCache>,
+}
+
+impl CachedWatcher {
+    /// Replays the snapshot (if any), then follows the cache's batches until the client goes,
+    /// stops reading, the deadline passes, or the cache lists again.
+    async fn serve(
+        self,
+        subscription: Subscription,
+        outbox: Outbox,
+        deadline: tokio::time::Instant,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) {
+        let plural = self.info.plural;
+        tokio::select! {
+            ended = self.run(subscription, &outbox) => {
+                if ended == Err(Ended::Stalled) {
+                    tracing::debug!(resource = plural, "watch ended: its client stopped reading");
+                }
+            }
+            () = tokio::time::sleep_until(deadline) => {}
+            () = shutdown.cancelled() => {}
+        }
+    }
+
+    async fn run(&self, subscription: Subscription, outbox: &Outbox) -> Result<(), Ended> {
+        let mut last = subscription.revision;
+        if let Some(snapshot) = subscription.snapshot {
+            let end = rudder_storage::prefix_end(&self.prefix);
+            for (_, object) in snapshot.range(self.prefix.clone()..end) {
+                if self.filter.matches_decoded(object) {
+                    let event = WatchEvent {
+                        kind: WatchEventKind::Added,
+                        object: object.clone(),
+                    };
+                    outbox.send_measured(event).await?;
+                }
+            }
+            if self.initial_events_end {
+                outbox
+                    .send_measured(bookmark(self.info, last, true))
+                    .await?;
+            }
+        }
+        for batch in &subscription.backlog {
+            self.deliver(batch, &mut last, outbox).await?;
+        }
+        let mut receiver = subscription.receiver;
+        let mut ticker = tokio::time::interval(BOOKMARK_INTERVAL);
+        ticker.tick().await;
+        loop {
+            tokio::select! {
+                _ = outbox.sender.closed() => return Err(Ended::ClientGone),
+                _ = ticker.tick(), if self.allow_bookmarks => {
+                    outbox.send_measured(bookmark(self.info, last, false)).await?;
+                }
+                received = receiver.recv() => match received {
+                    Ok(batch) => self.deliver(&batch, &mut last, outbox).await?,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        // Behind the broadcast: catch up from the window, or end (the client
+                        // watches again from its last resourceVersion).
+                        let Some(again) = self.cache.subscribe(self.info, Start::After(last)).await else {
+                            return Ok(());
+                        };
+                        for batch in &again.backlog {
+                            self.deliver(batch, &mut last, outbox).await?;
+                        }
+                        receiver = again.receiver;
+                    }
+                    // The cache listed again: its watchers end, as after a dropped watch.
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(()),
+                },
+            }
+        }
+    }
+
+    /// Sends what of `batch` this watcher sees and has not seen yet.
+    async fn deliver(&self, batch: &Batch, last: &mut i64, outbox: &Outbox) -> Result<(), Ended> {
+        for event in &batch.events {
+            if event.revision <= *last || !event.key.starts_with(&self.prefix) {
+                continue;
+            }
+            if let Some(out) = translate_cached(&self.filter, event) {
+                outbox.send_measured(out).await?;
+            }
+        }
+        *last = (*last).max(batch.revision);
+        Ok(())
+    }
+}
+
+/// A cached change as this client sees it (None when neither state matches its selectors).
+fn translate_cached(filter: &Filter, event: &CachedEvent) -> Option<WatchEvent> {
+    match &event.change {
+        Change::Delete { old } => filter.matches_decoded(old).then(|| WatchEvent {
+            kind: WatchEventKind::Deleted,
+            object: old.clone(),
+        }),
+        Change::Put { new, old } => {
+            let new_matches = filter.matches_decoded(new);
+            let kind = match old.as_ref().map(|old| filter.matches_decoded(old)) {
+                None | Some(false) if new_matches => WatchEventKind::Added,
+                Some(true) if new_matches => WatchEventKind::Modified,
+                Some(true) => WatchEventKind::Deleted,
+                _ => return None,
+            };
+            Some(WatchEvent {
+                kind,
+                object: new.clone(),
+            })
+        }
+    }
+}
+
 /// A storage event as this client sees it (None when neither state matches its selectors).
 /// Objects are decoded once for all watches ([`Decoded`]) and copied only when they match.
 fn translate(
@@ -350,7 +517,7 @@ fn translate(
             let old = old?;
             filter.matches_decoded(&old).then(|| WatchEvent {
                 kind: WatchEventKind::Deleted,
-                object: Object::into_value(old),
+                object: old,
             })
         }
         EventKind::Put => {
@@ -362,10 +529,7 @@ fn translate(
                 Some(true) => WatchEventKind::Deleted,
                 _ => return None,
             };
-            Some(WatchEvent {
-                kind,
-                object: Object::into_value(new),
-            })
+            Some(WatchEvent { kind, object: new })
         }
     }
 }
@@ -376,10 +540,7 @@ mod tests {
     use futures::StreamExt;
 
     fn event(bytes: usize) -> WatchEvent {
-        WatchEvent {
-            kind: WatchEventKind::Added,
-            object: json!({"data": "x".repeat(bytes)}),
-        }
+        WatchEvent::new(WatchEventKind::Added, json!({"data": "x".repeat(bytes)}))
     }
 
     #[tokio::test(start_paused = true)]
