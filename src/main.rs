@@ -109,6 +109,10 @@ enum BenchCommand {
     /// Service networking: EndpointSlice change → nftables rules latency at 10, 1,000 and
     /// 10,000 Services beside a whole-table rewrite, and cluster DNS queries per second.
     Network(bench::network::NetworkBenchArgs),
+    /// Many watchers of pods on a `rudder server` child process per driver: the server's RSS
+    /// holding the pods and with the watchers open, and write → event latency to every
+    /// watcher, with the watch cache on and off.
+    Watch(bench::watch::WatchBenchArgs),
 }
 
 /// The process's one signal handler: a token cancelled on SIGINT (ctrl-c) or SIGTERM, handed to
@@ -198,6 +202,9 @@ fn main() -> ExitCode {
             Command::Bench {
                 command: BenchCommand::Network(args),
             } => bench::network::run(args).await,
+            Command::Bench {
+                command: BenchCommand::Watch(args),
+            } => bench::watch::run(args).await,
         }
     });
     match result {

@@ -485,7 +485,7 @@ pub(super) fn configmap(name: String) -> ConfigMap {
 }
 
 /// A minimal valid pod: one container with a name and an image.
-fn pod(name: String) -> Pod {
+pub(super) fn pod(name: String) -> Pod {
     Pod {
         metadata: ObjectMeta {
             name: Some(name),

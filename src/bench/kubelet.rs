@@ -162,7 +162,7 @@ fn ms(d: Duration) -> String {
 }
 
 /// Resident memory (MB) and CPU time (s) of a process, from /proc.
-fn usage(pid: u32) -> Result<(f64, f64)> {
+pub(super) fn usage(pid: u32) -> Result<(f64, f64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let rss_kb: f64 = status
         .lines()

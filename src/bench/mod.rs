@@ -18,6 +18,7 @@ pub mod network;
 mod report;
 pub mod scheduler;
 mod subjects;
+pub mod watch;
 mod workloads;
 
 use std::io::IsTerminal;
