@@ -459,9 +459,12 @@ pub async fn start(
         &shutdown,
     )
     .await?;
+    let watch_metrics = Arc::new(registry::WatchMetrics::default());
+    metrics.register_more(|registry| watch_metrics.register(registry));
     let mut unadmitted = Registry::new(storage, Arc::new(Chain::new()), allocators)
         .with_values(values)
-        .with_tasks(tasks.clone(), shutdown.clone());
+        .with_tasks(tasks.clone(), shutdown.clone())
+        .with_watch_metrics(watch_metrics);
     if config.watch_cache {
         unadmitted = unadmitted.with_watch_cache();
     }

@@ -3,10 +3,17 @@
 //! error counter in Prometheus form. Wrap a store once, where it is opened for a server; the
 //! spans are what the OpenTelemetry export will carry, the metrics are served on `/metrics`.
 //!
-//! Labels are the operation only (a fixed set), never a key: keys come from clients, and a
-//! label per key would let one client grow the metrics without bound.
+//! The metrics carry kube-apiserver's names — `etcd_request_duration_seconds`,
+//! `etcd_requests_total`, `etcd_request_errors_total` — labelled by `operation` (this
+//! interface's calls: `range`, `txn`, `watch`, …) and `type`, the resource a key belongs to
+//! (`pods` for `/registry/pods/…`, `widgets.example.com` for a custom resource's
+//! `/registry/example.com/widgets/…`). Never a key: keys come from clients, and a label per key
+//! would let one client grow the metrics without bound; for the same reason at most
+//! [`MAX_TYPES`] types are told apart (keys the etcd gateway's clients choose could name any),
+//! the rest are `other`.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -29,9 +36,29 @@ const BUCKETS: &[f64] = &[
 /// Longest key prefix a span records.
 const SPAN_KEY_BYTES: usize = 128;
 
+/// Resource types told apart in the labels; beyond them, `other`.
+pub const MAX_TYPES: usize = 256;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OperationLabels {
     operation: &'static str,
+    r#type: String,
+}
+
+/// The resource a key belongs to, as kube-apiserver lays keys out: `/registry/<resource>/…`
+/// for built-in kinds, `/registry/<group>/<resource>/…` for custom ones (a group has a dot).
+pub fn resource_type(key: &[u8]) -> Option<String> {
+    let rest = key.strip_prefix(b"/registry/")?;
+    let mut parts = rest.split(|b| *b == b'/');
+    let first = std::str::from_utf8(parts.next()?).ok()?;
+    if first.is_empty() {
+        return None;
+    }
+    if first.contains('.') {
+        let plural = std::str::from_utf8(parts.next()?).ok()?;
+        return (!plural.is_empty()).then(|| format!("{plural}.{first}"));
+    }
+    Some(first.to_string())
 }
 
 fn new_histogram() -> Histogram {
@@ -41,39 +68,81 @@ fn new_histogram() -> Histogram {
 /// The storage metrics of one server.
 pub struct StorageMetrics {
     duration: Family<OperationLabels, Histogram, fn() -> Histogram>,
+    requests: Family<OperationLabels, Counter>,
     errors: Family<OperationLabels, Counter>,
+    /// The types seen so far (at most [`MAX_TYPES`]).
+    types: RwLock<HashSet<String>>,
 }
 
 impl Default for StorageMetrics {
     fn default() -> Self {
         Self {
             duration: Family::new_with_constructor(new_histogram),
+            requests: Family::default(),
             errors: Family::default(),
+            types: RwLock::default(),
         }
     }
 }
 
 impl StorageMetrics {
-    /// Adds the metrics to `registry` (`rudder_storage_request_duration_seconds`,
-    /// `rudder_storage_request_errors_total`).
+    /// Adds the metrics to `registry` (`etcd_request_duration_seconds`,
+    /// `etcd_requests_total`, `etcd_request_errors_total`).
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
-            "rudder_storage_request_duration_seconds",
-            "Latency of calls to the storage driver in seconds, by operation.",
+            "etcd_request_duration_seconds",
+            "Etcd request latency in seconds for each operation and object type.",
             self.duration.clone(),
         );
         registry.register(
-            "rudder_storage_request_errors",
-            "Calls to the storage driver that failed, by operation.",
+            "etcd_requests",
+            "Etcd request counts for each operation and object type.",
+            self.requests.clone(),
+        );
+        registry.register(
+            "etcd_request_errors",
+            "Etcd failed request counts for each operation and object type.",
             self.errors.clone(),
         );
     }
 
-    fn observe<T>(&self, operation: &'static str, started: Instant, result: &Result<T>) {
-        let labels = OperationLabels { operation };
+    /// The `type` label of `key`: its resource, once [`MAX_TYPES`] are known only those.
+    fn type_of(&self, key: Option<&[u8]>) -> String {
+        let Some(found) = key.and_then(resource_type) else {
+            return "other".into();
+        };
+        if let Ok(types) = self.types.read() {
+            if types.contains(&found) {
+                return found;
+            }
+            if types.len() >= MAX_TYPES {
+                return "other".into();
+            }
+        }
+        match self.types.write() {
+            Ok(mut types) if types.len() < MAX_TYPES || types.contains(&found) => {
+                types.insert(found.clone());
+                found
+            }
+            _ => "other".into(),
+        }
+    }
+
+    fn observe<T>(
+        &self,
+        operation: &'static str,
+        key: Option<&[u8]>,
+        started: Instant,
+        result: &Result<T>,
+    ) {
+        let labels = OperationLabels {
+            operation,
+            r#type: self.type_of(key),
+        };
         self.duration
             .get_or_create(&labels)
             .observe(started.elapsed().as_secs_f64());
+        self.requests.get_or_create(&labels).inc();
         if let Err(error) = result {
             self.errors.get_or_create(&labels).inc();
             tracing::debug!(operation, %error, "storage call failed");
@@ -96,12 +165,13 @@ impl Instrumented {
     async fn timed<T>(
         &self,
         operation: &'static str,
+        key: Option<&[u8]>,
         span: tracing::Span,
         call: impl std::future::Future<Output = Result<T>>,
     ) -> Result<T> {
         let started = Instant::now();
         let result = call.instrument(span).await;
-        self.metrics.observe(operation, started, &result);
+        self.metrics.observe(operation, key, started, &result);
         result
     }
 }
@@ -136,7 +206,10 @@ impl Storage for Instrumented {
             kvs = tracing::field::Empty,
         );
         let recorder = span.clone();
-        let response = self.timed("range", span, self.inner.range(request)).await?;
+        let key = request.range.start.clone();
+        let response = self
+            .timed("range", Some(&key), span, self.inner.range(request))
+            .await?;
         recorder.record("kvs", response.kvs.len());
         Ok(response)
     }
@@ -152,7 +225,10 @@ impl Storage for Instrumented {
             revision = tracing::field::Empty,
         );
         let recorder = span.clone();
-        let response = self.timed("txn", span, self.inner.txn(request)).await?;
+        let key = txn_key(&request).map(<[u8]>::to_vec);
+        let response = self
+            .timed("txn", key.as_deref(), span, self.inner.txn(request))
+            .await?;
         recorder.record("succeeded", response.succeeded);
         recorder.record("revision", response.revision);
         Ok(response)
@@ -164,48 +240,55 @@ impl Storage for Instrumented {
             key = %shown(&request.range.start),
             start_revision = request.start_revision,
         );
-        self.timed("watch", span, self.inner.watch(request)).await
+        let key = request.range.start.clone();
+        self.timed("watch", Some(&key), span, self.inner.watch(request))
+            .await
     }
 
     async fn compact(&self, revision: Revision) -> Result<()> {
         let span = tracing::debug_span!("storage.compact", revision);
-        self.timed("compact", span, self.inner.compact(revision))
+        self.timed("compact", None, span, self.inner.compact(revision))
             .await
     }
 
     async fn lease_grant(&self, ttl: i64, id: LeaseId) -> Result<Lease> {
         let span = tracing::debug_span!("storage.lease_grant", ttl, id);
-        self.timed("lease_grant", span, self.inner.lease_grant(ttl, id))
+        self.timed("lease_grant", None, span, self.inner.lease_grant(ttl, id))
             .await
     }
 
     async fn lease_keep_alive(&self, id: LeaseId) -> Result<i64> {
         let span = tracing::debug_span!("storage.lease_keep_alive", id);
-        self.timed("lease_keep_alive", span, self.inner.lease_keep_alive(id))
-            .await
+        self.timed(
+            "lease_keep_alive",
+            None,
+            span,
+            self.inner.lease_keep_alive(id),
+        )
+        .await
     }
 
     async fn lease_revoke(&self, id: LeaseId) -> Result<()> {
         let span = tracing::debug_span!("storage.lease_revoke", id);
-        self.timed("lease_revoke", span, self.inner.lease_revoke(id))
+        self.timed("lease_revoke", None, span, self.inner.lease_revoke(id))
             .await
     }
 
     async fn lease_time_to_live(&self, id: LeaseId, keys: bool) -> Result<LeaseInfo> {
         let span = tracing::debug_span!("storage.lease_time_to_live", id, keys);
         let call = self.inner.lease_time_to_live(id, keys);
-        self.timed("lease_time_to_live", span, call).await
+        self.timed("lease_time_to_live", None, span, call).await
     }
 
     async fn lease_list(&self) -> Result<Vec<LeaseId>> {
         let span = tracing::debug_span!("storage.lease_list");
-        self.timed("lease_list", span, self.inner.lease_list())
+        self.timed("lease_list", None, span, self.inner.lease_list())
             .await
     }
 
     async fn status(&self) -> Result<Status> {
         let span = tracing::debug_span!("storage.status");
-        self.timed("status", span, self.inner.status()).await
+        self.timed("status", None, span, self.inner.status()).await
     }
 
     async fn close(&self) {
@@ -230,21 +313,60 @@ mod tests {
         store.get(b"/a", 0).await.expect("get");
         // A read far in the future fails, and is counted as an error of its operation.
         assert!(store.get(b"/a", 1_000_000).await.is_err());
+        store
+            .get(b"/registry/pods/default/web", 0)
+            .await
+            .expect("get");
 
         let mut registry = Registry::default();
         metrics.register(&mut registry);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
         assert!(
-            text.contains("rudder_storage_request_errors_total{operation=\"range\"} 1"),
+            text.contains("etcd_request_errors_total{operation=\"range\",type=\"other\"} 1"),
             "{text}"
         );
-        for (operation, calls) in [("range", 3), ("txn", 1)] {
-            let count =
-                format!("rudder_storage_request_duration_seconds_count{{operation=\"{operation}\"}} {calls}");
-            assert!(text.contains(&count), "{count} in {text}");
+        for (operation, kind, calls) in [
+            ("range", "other", 3),
+            ("txn", "other", 1),
+            ("range", "pods", 1),
+        ] {
+            let labels = format!("{{operation=\"{operation}\",type=\"{kind}\"}} {calls}");
+            for metric in ["etcd_request_duration_seconds_count", "etcd_requests_total"] {
+                let line = format!("{metric}{labels}");
+                assert!(text.contains(&line), "{line} in {text}");
+            }
         }
-        assert!(!text.contains("errors_total{operation=\"txn\"}"), "{text}");
+        assert!(!text.contains("errors_total{operation=\"txn\""), "{text}");
         store.close().await;
+    }
+
+    #[test]
+    fn keys_name_their_resource() {
+        assert_eq!(
+            resource_type(b"/registry/pods/ns/web").as_deref(),
+            Some("pods")
+        );
+        assert_eq!(
+            resource_type(b"/registry/namespaces/ns").as_deref(),
+            Some("namespaces")
+        );
+        assert_eq!(
+            resource_type(b"/registry/example.com/widgets/ns/w").as_deref(),
+            Some("widgets.example.com")
+        );
+        assert_eq!(resource_type(b"/registry/"), None);
+        assert_eq!(resource_type(b"/elsewhere/pods"), None);
+    }
+
+    #[test]
+    fn types_past_the_limit_are_other() {
+        let metrics = StorageMetrics::default();
+        for n in 0..MAX_TYPES {
+            let key = format!("/registry/kind{n}/x");
+            assert_eq!(metrics.type_of(Some(key.as_bytes())), format!("kind{n}"));
+        }
+        assert_eq!(metrics.type_of(Some(b"/registry/one-more/x")), "other");
+        assert_eq!(metrics.type_of(Some(b"/registry/kind7/y")), "kind7");
     }
 }

@@ -588,6 +588,8 @@ async fn the_metrics_time_the_storage_calls_under_the_api() {
         .await
         .unwrap();
     configmaps.get("timed").await.unwrap();
+    // A LIST starts the watch cache of ConfigMaps, which counts what it holds.
+    configmaps.list(&ListParams::default()).await.unwrap();
     let request = http::Request::builder()
         .uri("/metrics")
         .body(Vec::new())
@@ -598,11 +600,24 @@ async fn the_metrics_time_the_storage_calls_under_the_api() {
             .lines()
             .find_map(|line| {
                 line.strip_prefix(&format!(
-                    "rudder_storage_request_duration_seconds_count{{operation=\"{operation}\"}} "
+                    "etcd_request_duration_seconds_count{{operation=\"{operation}\",type=\"configmaps\"}} "
                 ))
             })
             .unwrap_or_else(|| panic!("no {operation} histogram in:\n{metrics}"));
         assert!(count.parse::<u64>().unwrap() >= 1, "{operation}: {count}");
+    }
+    for (metric, at_least) in [
+        ("apiserver_storage_objects{resource=\"configmaps\"} ", 1),
+        (
+            "apiserver_watch_cache_initializations_total{resource=\"configmaps\"} ",
+            1,
+        ),
+    ] {
+        let value = metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(metric))
+            .unwrap_or_else(|| panic!("no {metric} in:\n{metrics}"));
+        assert!(value.parse::<i64>().unwrap() >= at_least, "{metric}{value}");
     }
     running.stop().await.unwrap();
 }

@@ -50,10 +50,17 @@ pub async fn serve(
         .checked_add(timeout)
         .unwrap_or_else(|| tokio::time::Instant::now() + DEFAULT_TIMEOUT * 2);
     let events = registry.watch(info, namespace, options, deadline).await?;
+    // Counted as a registered watcher and a long-running request while the stream lives.
+    let metrics = registry.watch_metrics().clone();
+    let guard = metrics.watching(info, namespace.is_some());
     let mut first_table = true;
     let stream = events
         .take_until(tokio::time::sleep_until(deadline))
         .map(move |event| {
+            let _watching = &guard;
+            if !matches!(event.kind, WatchEventKind::Bookmark | WatchEventKind::Error) {
+                metrics.event_sent(info);
+            }
             let object = match (output, event.kind) {
                 (Output::Object(_), _) | (_, WatchEventKind::Error | WatchEventKind::Bookmark) => {
                     // The object's JSON, encoded once for every watcher it goes to.

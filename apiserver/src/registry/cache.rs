@@ -37,6 +37,7 @@ use tokio_util::task::TaskTracker;
 
 use super::decoded::Object;
 use super::list::{encode_continue, Filter, ListResult, Listed};
+use super::metrics::WatchMetrics;
 use super::object;
 use crate::catalog::{self, ResourceInfo};
 use crate::values::Values;
@@ -91,6 +92,7 @@ pub(super) enum Change {
 pub struct WatchCache {
     storage: Arc<dyn Storage>,
     values: Arc<Values>,
+    metrics: Arc<WatchMetrics>,
     tasks: TaskTracker,
     shutdown: CancellationToken,
     /// By storage prefix and version (a custom resource's versions share one prefix and each
@@ -171,12 +173,14 @@ impl WatchCache {
     pub fn new(
         storage: Arc<dyn Storage>,
         values: Arc<Values>,
+        metrics: Arc<WatchMetrics>,
         tasks: TaskTracker,
         shutdown: CancellationToken,
     ) -> Self {
         Self {
             storage,
             values,
+            metrics,
             tasks,
             shutdown,
             cachers: Mutex::default(),
@@ -209,6 +213,7 @@ impl WatchCache {
             info,
             self.storage.clone(),
             self.values.clone(),
+            self.metrics.clone(),
             self.shutdown.clone(),
         ));
         Some(cacher)
@@ -439,6 +444,7 @@ async fn feed(
     info: &'static ResourceInfo,
     storage: Arc<dyn Storage>,
     values: Arc<Values>,
+    metrics: Arc<WatchMetrics>,
     shutdown: CancellationToken,
 ) {
     loop {
@@ -454,13 +460,16 @@ async fn feed(
         let listed = match started {
             Ok(stream) => tokio::select! {
                 () = shutdown.cancelled() => return,
-                listed = list_all(&cacher, info, storage.as_ref(), &values) => listed.map(|revision| (stream, revision)),
+                listed = list_all(&cacher, info, storage.as_ref(), &values, &metrics) => listed.map(|revision| (stream, revision)),
             },
             Err(error) => Err(error),
         };
         match listed {
             Ok((stream, revision)) => {
-                follow(&cacher, info, &values, stream, revision, &shutdown).await;
+                follow(
+                    &cacher, info, &values, &metrics, stream, revision, &shutdown,
+                )
+                .await;
             }
             Err(error) => {
                 tracing::warn!(resource = info.plural, %error, "the watch cache could not list or watch; trying again");
@@ -492,6 +501,7 @@ async fn list_all(
     info: &ResourceInfo,
     storage: &dyn Storage,
     values: &Values,
+    metrics: &WatchMetrics,
 ) -> rudder_storage::Result<i64> {
     let end = rudder_storage::prefix_end(&cacher.prefix);
     let mut start = cacher.prefix.clone();
@@ -520,6 +530,7 @@ async fn list_all(
             break;
         }
     }
+    metrics.cache_initialized(info, objects.len(), revision);
     cacher.write(|state| {
         state.objects = objects;
         state.revision = revision;
@@ -541,6 +552,7 @@ async fn follow(
     cacher: &Cacher,
     info: &ResourceInfo,
     values: &Values,
+    metrics: &WatchMetrics,
     mut stream: rudder_storage::WatchStream,
     listed: i64,
     shutdown: &CancellationToken,
@@ -616,6 +628,8 @@ async fn follow(
             let moved = reached > state.revision;
             state.revision = reached;
             if moved || !events.is_empty() {
+                metrics.cache_applied(info, events.len(), state.objects.len(), reached);
+                metrics.cache_dispatched(info, state.watchers.receiver_count());
                 state.publish(Batch {
                     revision: reached,
                     events,
@@ -891,7 +905,7 @@ mod tests {
         let watches = text
             .lines()
             .find(|line| {
-                line.starts_with("rudder_storage_request_duration_seconds_count")
+                line.starts_with("etcd_request_duration_seconds_count")
                     && line.contains("operation=\"watch\"")
             })
             .and_then(|line| line.rsplit(' ').next())

@@ -17,6 +17,7 @@ pub mod cluster_info;
 mod decoded;
 mod keys;
 mod list;
+pub mod metrics;
 mod namespaces;
 pub mod object;
 mod storable;
@@ -28,6 +29,7 @@ mod watch;
 pub use allocator::{Allocators, Cidr};
 pub use cluster_info::publish_cluster_info;
 pub use list::{decode_continue, ListResult, Listed};
+pub use metrics::WatchMetrics;
 pub use namespaces::{bootstrap, system_write, StoredNamespaces};
 pub use store::{DeleteOptions, DeleteResult, Input, Preconditions, Propagation};
 pub use watch::{WatchEvent, WatchEventKind, WatchEvents};
@@ -108,6 +110,8 @@ pub struct Registry {
     cache: Option<Arc<cache::WatchCache>>,
     /// The custom resources this server serves (from the CRDs in the store).
     custom: Arc<CustomResources>,
+    /// What the watch cache and the watches do.
+    watch_metrics: Arc<WatchMetrics>,
 }
 
 impl Registry {
@@ -122,7 +126,19 @@ impl Registry {
             values: Arc::default(),
             cache: None,
             custom: Arc::default(),
+            watch_metrics: Arc::default(),
         }
+    }
+
+    /// The same store counting what its cache and watches do into `metrics` (call before
+    /// [`Registry::with_watch_cache`]).
+    pub fn with_watch_metrics(mut self, metrics: Arc<WatchMetrics>) -> Self {
+        self.watch_metrics = metrics;
+        self
+    }
+
+    pub fn watch_metrics(&self) -> &Arc<WatchMetrics> {
+        &self.watch_metrics
     }
 
     /// The same store serving lists from a watch cache (started per resource on first use,
@@ -132,6 +148,7 @@ impl Registry {
         self.cache = Some(Arc::new(cache::WatchCache::new(
             self.storage.clone(),
             self.values.clone(),
+            self.watch_metrics.clone(),
             self.tasks.clone(),
             self.shutdown.clone(),
         )));
