@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
@@ -259,5 +261,256 @@ async fn drain_evicts_within_the_disruption_budget() {
         Some(true),
         "drain cordons"
     );
+    kubelet.abort();
+}
+
+/// Renews the Leases of `nodes` every second (as their kubelets would, faster), except for
+/// the dead ones.
+fn renew_leases(client: Client, nodes: Vec<String>, dead: Dead) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let leases: Api<Lease> = Api::namespaced(client, "kube-node-lease");
+        loop {
+            for node in &nodes {
+                if dead.lock().unwrap().contains(node) {
+                    continue;
+                }
+                let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": node, "namespace": "kube-node-lease"},
+                    "spec": {"holderIdentity": node, "leaseDurationSeconds": 40,
+                        "renewTime": MicroTime(k8s_openapi::jiff::Timestamp::now())}});
+                let _ = leases
+                    .patch(
+                        node,
+                        &PatchParams::apply("stand-in-kubelet").force(),
+                        &Patch::Apply(&lease),
+                    )
+                    .await;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })
+}
+
+fn taints_of(node: &Node) -> Vec<String> {
+    node.spec
+        .as_ref()
+        .and_then(|spec| spec.taints.as_ref())
+        .map(|taints| {
+            taints
+                .iter()
+                .map(|t| format!("{}:{}", t.key, t.effect))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn ready_condition(node: &Node) -> Option<NodeCondition> {
+    node.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .cloned()
+}
+
+/// A node whose Lease is no longer renewed goes Unknown and is tainted unreachable within the
+/// grace period; its pods go NotReady and are evicted once their 5 s toleration runs out (and
+/// replaced on the live node), a pod tolerating it forever stays, and the taints are lifted
+/// when the node is back. Node IPAM gives each node its own /24 meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_nodes_are_tainted_and_their_pods_evicted() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = format!("sqlite://{}", dir.path().join("state.db").display());
+    let server = RudderServer::start_with_args(
+        env!("CARGO_BIN_EXE_rudder"),
+        &storage,
+        &[
+            "--controllers",
+            "replicaset,deployment,node-lifecycle,taint-eviction-controller,nodeipam",
+            "--node-monitor-grace-period",
+            "3s",
+            "--node-eviction-rate",
+            "1",
+        ],
+    );
+    let client = client(&server).await;
+    let dead = Dead::default();
+    let kubelet = stand_in_kubelet(client.clone(), dead.clone());
+    let leases = renew_leases(client.clone(), vec!["n1".into(), "n2".into()], dead.clone());
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+
+    // Everything starts on n2; then n1 joins.
+    ready_node(&client, "n2").await;
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {
+                "containers": [{"name": "c", "image": "busybox"}],
+                "tolerations": [{"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+                    "effect": "NoExecute", "tolerationSeconds": 5}]}}}});
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), "default");
+    deployments
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(deployment).unwrap(),
+        )
+        .await
+        .unwrap();
+    let steady = json!({"metadata": {"name": "steady"}, "spec": {"nodeName": "n2",
+        "containers": [{"name": "c", "image": "busybox"}],
+        "tolerations": [{"operator": "Exists", "effect": "NoExecute"}]}});
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(steady).unwrap(),
+    )
+    .await
+    .unwrap();
+    rudder_tests::eventually(
+        "2 web pods ready on n2",
+        Duration::from_secs(60),
+        || async { web_pods_on(&pods, "n2").await == 2 },
+    )
+    .await;
+    ready_node(&client, "n1").await;
+
+    // Node IPAM: distinct /24s of the cluster CIDR.
+    let mut cidrs = Vec::new();
+    for name in ["n1", "n2"] {
+        rudder_tests::eventually(
+            &format!("{name}'s pod CIDR"),
+            Duration::from_secs(30),
+            || async {
+                nodes
+                    .get(name)
+                    .await
+                    .unwrap()
+                    .spec
+                    .unwrap_or_default()
+                    .pod_cidr
+                    .is_some()
+            },
+        )
+        .await;
+        let spec = nodes.get(name).await.unwrap().spec.unwrap();
+        let cidr = spec.pod_cidr.unwrap();
+        assert!(
+            cidr.starts_with("10.42.") && cidr.ends_with(".0/24"),
+            "{cidr}"
+        );
+        assert_eq!(spec.pod_cidrs, Some(vec![cidr.clone()]));
+        cidrs.push(cidr);
+    }
+    assert_ne!(cidrs[0], cidrs[1]);
+
+    // n2's kubelet stops: Unknown and tainted within the grace period (3 s) and a pass.
+    let web_on_n2: Vec<String> = pods
+        .list(&ListParams::default().labels("app=web"))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|pod| pod.name_any())
+        .collect();
+    dead.lock().unwrap().insert("n2".into());
+    let stopped = std::time::Instant::now();
+    rudder_tests::eventually("n2 unreachable", Duration::from_secs(30), || async {
+        let node = nodes.get("n2").await.unwrap();
+        let taints = taints_of(&node);
+        ready_condition(&node).is_some_and(|c| c.status == "Unknown")
+            && taints.contains(&"node.kubernetes.io/unreachable:NoExecute".to_string())
+            && taints.contains(&"node.kubernetes.io/unreachable:NoSchedule".to_string())
+    })
+    .await;
+    let ready = ready_condition(&nodes.get("n2").await.unwrap()).unwrap();
+    assert_eq!(ready.reason.as_deref(), Some("NodeStatusUnknown"));
+    assert_eq!(
+        ready.message.as_deref(),
+        Some("Kubelet stopped posting node status.")
+    );
+    assert!(
+        taints_of(&nodes.get("n1").await.unwrap()).is_empty(),
+        "n1 is fine"
+    );
+    let steady_ready = |pod: &Pod| rudder_facts::pods::is_ready(pod);
+    rudder_tests::eventually("n2's pods not ready", Duration::from_secs(30), || async {
+        !steady_ready(&pods.get("steady").await.unwrap())
+    })
+    .await;
+
+    // The web pods go after their 5 s toleration, marked by the taint manager, and are
+    // replaced on n1; the pod that tolerates the taint forever stays.
+    rudder_tests::eventually("n2's web pods evicted", Duration::from_secs(60), || async {
+        let mut all_going = true;
+        for name in &web_on_n2 {
+            let pod = pods.get(name).await.unwrap();
+            let marked = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| {
+                    c.iter().any(|c| {
+                        c.type_ == "DisruptionTarget"
+                            && c.reason.as_deref() == Some("DeletionByTaintManager")
+                    })
+                });
+            all_going &= pod.metadata.deletion_timestamp.is_some() && marked;
+        }
+        all_going
+    })
+    .await;
+    assert!(
+        stopped.elapsed() >= Duration::from_secs(5),
+        "evicted before the toleration ran out"
+    );
+    rudder_tests::eventually("2 web pods on n1", Duration::from_secs(60), || async {
+        web_pods_on(&pods, "n1").await == 2
+    })
+    .await;
+    let steady = pods.get("steady").await.unwrap();
+    assert!(
+        steady.metadata.deletion_timestamp.is_none(),
+        "tolerates forever"
+    );
+
+    // n2 comes back: its taints are lifted.
+    dead.lock().unwrap().remove("n2");
+    post_ready(&client, "n2").await;
+    rudder_tests::eventually("n2's taints lifted", Duration::from_secs(30), || async {
+        taints_of(&nodes.get("n2").await.unwrap()).is_empty()
+    })
+    .await;
+
+    // A node that goes releases its range; the next node gets the lowest free one.
+    let freed = nodes
+        .get("n1")
+        .await
+        .unwrap()
+        .spec
+        .unwrap_or_default()
+        .pod_cidr
+        .unwrap();
+    nodes.delete("n1", &DeleteParams::default()).await.unwrap();
+    rudder_tests::eventually("n1 gone", Duration::from_secs(30), || async {
+        nodes.get_opt("n1").await.unwrap().is_none()
+    })
+    .await;
+    ready_node(&client, "n3").await;
+    // n2 took the first block, n1 the second: the freed one is the lowest free.
+    rudder_tests::eventually("n3 gets n1's range", Duration::from_secs(30), || async {
+        nodes
+            .get("n3")
+            .await
+            .unwrap()
+            .spec
+            .unwrap_or_default()
+            .pod_cidr
+            .as_ref()
+            == Some(&freed)
+    })
+    .await;
+    leases.abort();
     kubelet.abort();
 }
