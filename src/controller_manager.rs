@@ -53,6 +53,52 @@ pub struct ControllerManagerArgs {
     /// The longest lifetime of a signed certificate (`8760h`, `30d`, `3600s`).
     #[arg(long, default_value = "8760h")]
     cluster_signing_duration: String,
+    /// The pod network node IPAM hands node ranges out of.
+    #[arg(long, default_value = crate::network::DEFAULT_CLUSTER_CIDR)]
+    cluster_cidr: String,
+    #[command(flatten)]
+    nodes: NodeControllerArgs,
+}
+
+/// The node controllers' flags, shared by `rudder server` and `rudder controller-manager`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct NodeControllerArgs {
+    /// Without a heartbeat (its Lease renewed, or its status posted) this long a node's
+    /// conditions become Unknown and it is tainted unreachable (e.g. 40s).
+    #[arg(long, default_value = "40s", value_parser = crate::serve::parse_interval)]
+    node_monitor_grace_period: std::time::Duration,
+    /// Nodes a second that may be given a NoExecute taint (0: none).
+    #[arg(long, default_value_t = 0.1)]
+    node_eviction_rate: f64,
+    /// The prefix length of the pod range each node gets from the cluster CIDR.
+    #[arg(long, default_value_t = 24)]
+    node_cidr_mask_size: u8,
+}
+
+impl NodeControllerArgs {
+    pub fn lifecycle(&self) -> rudder_controllers::nodelifecycle::Settings {
+        let defaults = rudder_controllers::nodelifecycle::Settings::default();
+        rudder_controllers::nodelifecycle::Settings {
+            grace_period: self.node_monitor_grace_period,
+            // Upstream's startup grace (60 s), never shorter than the grace period.
+            startup_grace_period: defaults
+                .startup_grace_period
+                .max(self.node_monitor_grace_period),
+            eviction_rate: self.node_eviction_rate,
+            ..defaults
+        }
+    }
+
+    /// The ranges to hand out of `cluster_cidrs` (its first IPv4 network).
+    pub fn ipam(&self, cluster_cidrs: &[String]) -> rudder_controllers::nodeipam::Settings {
+        let ipv4 = cluster_cidrs.iter().find(|cidr| cidr.contains('.'));
+        rudder_controllers::nodeipam::Settings {
+            cluster_cidr: ipv4
+                .cloned()
+                .unwrap_or_else(|| crate::network::DEFAULT_CLUSTER_CIDR.into()),
+            node_mask_size: self.node_cidr_mask_size,
+        }
+    }
 }
 
 /// Mints legacy ServiceAccount tokens with the private key `pem`.
@@ -141,6 +187,8 @@ pub async fn run(args: ControllerManagerArgs, shutdown: CancellationToken) -> Re
         },
         legacy_tokens,
         cluster_signing,
+        node_lifecycle: args.nodes.lifecycle(),
+        node_ipam: args.nodes.ipam(std::slice::from_ref(&args.cluster_cidr)),
     });
     manager.run(shutdown).await;
     Ok(())

@@ -88,6 +88,8 @@ pub struct ServerArgs {
     /// Terminated pods kept before the pod garbage collector deletes the oldest (0: no limit).
     #[arg(long, default_value_t = 12_500)]
     terminated_pod_gc_threshold: usize,
+    #[command(flatten)]
+    nodes: crate::controller_manager::NodeControllerArgs,
     /// Authorizers after `system:masters`, in order: `Node` (kubelets reach only their pods'
     /// objects), `RBAC`, or `AlwaysAllow` (everyone authenticated may do anything).
     #[arg(long, default_value = "Node,RBAC")]
@@ -303,7 +305,12 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
     );
     let mut controllers = None;
     if let Some(selection) = selection {
-        match controller_manager(&running, selection, args.terminated_pod_gc_threshold).await {
+        let nodes = (
+            args.nodes.lifecycle(),
+            args.nodes.ipam(&args.network.cluster_cidr),
+        );
+        match controller_manager(&running, selection, args.terminated_pod_gc_threshold, nodes).await
+        {
             Ok(manager) => {
                 let metrics = manager.metrics();
                 running
@@ -520,6 +527,10 @@ async fn controller_manager(
     running: &rudder_apiserver::server::Running,
     controllers: rudder_controllers::Selection,
     terminated_pod_gc_threshold: usize,
+    (node_lifecycle, node_ipam): (
+        rudder_controllers::nodelifecycle::Settings,
+        rudder_controllers::nodeipam::Settings,
+    ),
 ) -> Result<rudder_controllers::Manager> {
     let client = client_for(&running.controller_manager_kubeconfig)
         .await
@@ -540,6 +551,8 @@ async fn controller_manager(
                 &running.pki.sa_key_pem,
             )?),
             cluster_signing: cluster_signer(&running.pki),
+            node_lifecycle,
+            node_ipam,
         },
     ))
 }

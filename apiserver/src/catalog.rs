@@ -29,6 +29,8 @@ pub enum Subresource {
     Status,
     Scale,
     Binding,
+    /// `pods/eviction`: a delete that respects the pod's disruption budget.
+    Eviction,
     Finalize,
     Token,
     /// A CertificateSigningRequest's Approved/Denied conditions.
@@ -48,6 +50,7 @@ impl Subresource {
             Self::Status => "status",
             Self::Scale => "scale",
             Self::Binding => "binding",
+            Self::Eviction => "eviction",
             Self::Finalize => "finalize",
             Self::Token => "token",
             Self::Approval => "approval",
@@ -74,6 +77,7 @@ impl Subresource {
             Self::Status,
             Self::Scale,
             Self::Binding,
+            Self::Eviction,
             Self::Finalize,
             Self::Token,
             Self::Approval,

@@ -23,6 +23,8 @@ pub mod expectations;
 pub mod gc;
 pub mod job;
 pub mod namespace;
+pub mod nodeipam;
+pub mod nodelifecycle;
 pub mod podgc;
 pub mod podtemplate;
 pub mod replicaset;
@@ -99,6 +101,10 @@ pub struct Config {
     /// (`--cluster-signing-cert-file`/`--cluster-signing-key-file`); without it the
     /// `csrsigning` controller does not run.
     pub cluster_signing: Option<Arc<csrsigning::Signer>>,
+    /// How node health is judged (`--node-monitor-grace-period`, `--node-eviction-rate`).
+    pub node_lifecycle: nodelifecycle::Settings,
+    /// The pod ranges node IPAM hands out (`--cluster-cidr`, `--node-cidr-mask-size`).
+    pub node_ipam: nodeipam::Settings,
 }
 
 /// The controller-manager.
@@ -167,6 +173,19 @@ async fn run_controllers(config: Config, metrics: Arc<QueueMetrics>, shutdown: C
             }
             "pod-garbage-collector" => podgc::controller(&informers, client, config.pod_gc, token),
             "disruption" => disruption::controller(&informers, client, queue, token),
+            "node-lifecycle" => {
+                nodelifecycle::controller(&informers, client, config.node_lifecycle, token)
+            }
+            "taint-eviction-controller" => {
+                nodelifecycle::taint_eviction_controller(&informers, client, token)
+            }
+            "nodeipam" => nodeipam::controller(
+                &informers,
+                client,
+                identity,
+                config.node_ipam.clone(),
+                token,
+            ),
             "serviceaccount-token" => match &config.legacy_tokens {
                 Some(mint) => tokens::controller(
                     &informers,

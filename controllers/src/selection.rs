@@ -29,6 +29,9 @@ pub const ALL: &[&str] = &[
     "resourcequota",
     "csrapproving",
     "csrsigning",
+    "node-lifecycle",
+    "taint-eviction-controller",
+    "nodeipam",
 ];
 
 /// The controllers that run.

@@ -317,10 +317,18 @@ pub async fn heartbeat(
             _ = status_tick.tick() => {
                 let ready = readiness(runtime.as_ref()).await;
                 let next = status(&identity, ready, last.as_ref().map(|(s, _)| s));
-                let due = match &last {
+                let mut due = match &last {
                     None => true,
                     Some((old, at)) => essence(old) != essence(&next) || at.elapsed() >= REPORT_EVERY,
                 };
+                // As upstream's kubelet, compared with what the server holds too: the node
+                // lifecycle controller sets the conditions Unknown when heartbeats stop, and a
+                // kubelet that comes back must say otherwise at once.
+                if !due {
+                    due = nodes.get(&identity.name).await.is_ok_and(|node| {
+                        node.status.as_ref().map(essence) != Some(essence(&next))
+                    });
+                }
                 if due {
                     let patch = Node { status: Some(next.clone()), ..Default::default() };
                     match nodes.patch_status(&identity.name, &PatchParams::default(), &Patch::Merge(&patch)).await {

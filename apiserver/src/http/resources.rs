@@ -437,13 +437,18 @@ async fn create(call: &Call<'_>, body: Body) -> Result<Response> {
             registry
                 .bind_pod(resource, target.namespace, name, &input.object, &write)
                 .await?;
-            let status = serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});
-            Ok(respond::encoded(
-                StatusCode::CREATED,
-                codec::Format::Json,
-                &status,
-                &[],
-            ))
+            Ok(created_status())
+        }
+        (Some(Subresource::Eviction), Some(name)) => {
+            let body = &input.object;
+            let asked = registry::eviction::Eviction {
+                options: options_of(&Query::default(), &body["deleteOptions"])?,
+                dry_run: asks_dry_run(&body["deleteOptions"]),
+            };
+            registry
+                .evict_pod(resource, target.namespace, name, body, asked, &write)
+                .await?;
+            Ok(created_status())
         }
         (Some(Subresource::Token), Some(name)) => {
             let namespace = target.namespace.unwrap_or("");
@@ -470,6 +475,12 @@ async fn create(call: &Call<'_>, body: Body) -> Result<Response> {
         }
         _ => Err(not_allowed()),
     }
+}
+
+/// The `Status` of a POST that made nothing to return (a binding, an eviction).
+fn created_status() -> Response {
+    let status = serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});
+    respond::encoded(StatusCode::CREATED, codec::Format::Json, &status, &[])
 }
 
 async fn update(call: &Call<'_>, body: Body) -> Result<Response> {
@@ -616,6 +627,21 @@ fn delete_options(query: &Query, headers: &HeaderMap, bytes: &[u8]) -> Result<De
         let format = codec::body_format(header(headers, http::header::CONTENT_TYPE))?;
         codec::decode(format, bytes)?.value
     };
+    Ok(DeleteBody {
+        options: options_of(query, &body)?,
+        dry_run: asks_dry_run(&body),
+    })
+}
+
+/// Whether DeleteOptions (as JSON) ask for a dry run.
+fn asks_dry_run(body: &Value) -> bool {
+    body["dryRun"]
+        .as_array()
+        .is_some_and(|values| values.iter().any(|value| value == "All"))
+}
+
+/// DeleteOptions from their JSON form and the query (which wins).
+fn options_of(query: &Query, body: &Value) -> Result<DeleteOptions> {
     let text = |value: &Value| value.as_str().map(str::to_string);
     let mut options = DeleteOptions {
         grace_period_seconds: body["gracePeriodSeconds"].as_i64(),
@@ -657,10 +683,7 @@ fn delete_options(query: &Query, headers: &HeaderMap, bytes: &[u8]) -> Result<De
             options.grace_period_seconds = Some(0);
         }
     }
-    let dry_run = body["dryRun"]
-        .as_array()
-        .is_some_and(|values| values.iter().any(|value| value == "All"));
-    Ok(DeleteBody { options, dry_run })
+    Ok(options)
 }
 
 #[cfg(test)]

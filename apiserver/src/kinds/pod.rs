@@ -16,6 +16,7 @@ use crate::{defaults, tables, validation};
 /// core/v1 Pod.
 pub const PODS: ResourceInfo = resource!("", "v1", "Pod", "pods", "pod", true, short: &["po"], categories: ALL,
         sub: &[status_of("", "v1", "Pod"), SubresourceInfo { name: Subresource::Binding, kind: GroupVersionKind { group: "", version: "v1", kind: "Binding" }, verbs: CREATE_ONLY },
+            SubresourceInfo { name: Subresource::Eviction, kind: GroupVersionKind { group: "policy", version: "v1", kind: "Eviction" }, verbs: CREATE_ONLY },
             // Served by the pod's kubelet, through `http::kubelet_proxy`.
             core_sub(Subresource::Attach, "PodAttachOptions", CONNECT_VERBS),
             core_sub(Subresource::Exec, "PodExecOptions", CONNECT_VERBS),

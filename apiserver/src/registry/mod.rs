@@ -15,6 +15,7 @@ mod allocator;
 mod cache;
 pub mod cluster_info;
 mod decoded;
+pub mod eviction;
 mod keys;
 mod list;
 pub mod metrics;

@@ -831,7 +831,11 @@ pub(super) mod tests {
         }
     }
 
-    async fn registry_with(chain: rudder_admission::Chain) -> (Registry, tempfile::TempDir) {
+    /// A registry on a fresh SQLite store, with `chain` for admission (shared with the
+    /// eviction tests).
+    pub(in crate::registry) async fn registry_with(
+        chain: rudder_admission::Chain,
+    ) -> (Registry, tempfile::TempDir) {
         let dir = tempfile::tempdir().expect("temporary directory");
         let url = format!("sqlite://{}", dir.path().join("state.db").display());
         let storage = rudder_storage::open(&url).await.expect("sqlite opens");

@@ -3,16 +3,20 @@
 //! `maxUnavailable` or a percentage, the replicas their controllers ask for), `desiredHealthy`,
 //! `currentHealthy` (picked pods that are Ready and not being deleted), `disruptionsAllowed`
 //! (their difference, never below 0) and the `DisruptionAllowed` condition. `kubectl get pdb`
-//! shows it; the eviction API (not yet) will spend it.
+//! shows it; the eviction API (`pods/eviction` in the apiserver) spends it, recording each pod
+//! it is about to delete in `disruptedPods`: such a pod counts as unhealthy until it is gone,
+//! being deleted, or two minutes have passed (upstream's deletion timeout).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Pod, ReplicationController};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::{Selector, SelectorExt};
@@ -184,16 +188,49 @@ pub struct Counts {
     pub allowed: i32,
 }
 
+/// How long an eviction's entry in `disruptedPods` holds its pod as disrupted.
+pub const DELETION_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn deletion_timeout() -> jiff::SignedDuration {
+    jiff::SignedDuration::from_secs(i64::try_from(DELETION_TIMEOUT.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// The entries of `disruptedPods` still in force at `now`: pods that exist, are not being
+/// deleted yet, and were evicted less than [`DELETION_TIMEOUT`] ago.
+pub fn still_disrupted(
+    recorded: &BTreeMap<String, Time>,
+    pods: &[Arc<Pod>],
+    now: jiff::Timestamp,
+) -> BTreeMap<String, Time> {
+    let timeout = deletion_timeout();
+    recorded
+        .iter()
+        .filter(|(name, since)| {
+            let pending = pods.iter().any(|pod| {
+                pod.metadata.name.as_deref() == Some(name.as_str())
+                    && pod.metadata.deletion_timestamp.is_none()
+            });
+            pending && since.0.checked_add(timeout).is_ok_and(|until| until > now)
+        })
+        .map(|(name, since)| (name.clone(), since.clone()))
+        .collect()
+}
+
 /// The counts of `budget` over `pods` (those its selector picks), with `controller_scale`
-/// the replicas their controllers ask for.
+/// the replicas their controllers ask for; pods in `disrupted` count as unhealthy.
 pub fn counts(
     budget: &PodDisruptionBudget,
     pods: &[Arc<Pod>],
+    disrupted: &BTreeSet<&str>,
     controller_scale: i32,
 ) -> Result<Counts> {
     let spec = budget.spec.clone().unwrap_or_default();
-    let healthy =
-        i32::try_from(pods.iter().filter(|pod| is_healthy(pod)).count()).unwrap_or(i32::MAX);
+    let healthy = pods
+        .iter()
+        .filter(|pod| is_healthy(pod))
+        .filter(|pod| !disrupted.contains(pod.metadata.name.as_deref().unwrap_or("")))
+        .count();
+    let healthy = i32::try_from(healthy).unwrap_or(i32::MAX);
     let (expected, desired) = match (&spec.min_available, &spec.max_unavailable) {
         (Some(IntOrString::Int(min)), _) => (i32::try_from(pods.len()).unwrap_or(i32::MAX), *min),
         (Some(min), _) => (controller_scale, scaled(min, controller_scale)?),
@@ -237,35 +274,66 @@ pub async fn reconcile(budget: Arc<PodDisruptionBudget>, context: Arc<Context>) 
         context.scale_of(pod, &mut scales);
     }
     let controller_scale: i32 = scales.values().sum();
-    let counts = counts(&budget, &pods, controller_scale)?;
-    let allowed = counts.allowed > 0;
     let current = budget.status.clone().unwrap_or_default();
+    let now = jiff::Timestamp::now();
+    let disrupted = still_disrupted(
+        &current.disrupted_pods.clone().unwrap_or_default(),
+        &pods,
+        now,
+    );
+    let names: BTreeSet<&str> = disrupted.keys().map(String::as_str).collect();
+    let counts = counts(&budget, &pods, &names, controller_scale)?;
+    let allowed = counts.allowed > 0;
+    // Look again when the oldest eviction in force times out.
+    let next = disrupted
+        .values()
+        .filter_map(|since| {
+            let until = since.0.checked_add(deletion_timeout()).ok()?;
+            Duration::try_from(until.duration_since(now)).ok()
+        })
+        .min();
+    let action = match next {
+        Some(wait) => Action::requeue(wait + Duration::from_secs(1)),
+        None => Action::await_change(),
+    };
     let generation = budget.metadata.generation;
     let unchanged = current.expected_pods == counts.expected
         && current.desired_healthy == counts.desired_healthy
         && current.current_healthy == counts.current_healthy
         && current.disruptions_allowed == counts.allowed
         && current.observed_generation == generation
+        && current.disrupted_pods.clone().unwrap_or_default() == disrupted
         && current
             .conditions
             .as_ref()
             .and_then(|conditions| conditions.iter().find(|c| c.type_ == "DisruptionAllowed"))
             .is_some_and(|condition| (condition.status == "True") == allowed);
     if unchanged {
-        return Ok(Action::await_change());
+        return Ok(action);
     }
     let (status, reason) = if allowed {
         ("True", "SufficientPods")
     } else {
         ("False", "InsufficientPods")
     };
-    let patch = json!({"status": {
+    // A merge patch removes the entries no longer in force by nulling them.
+    let mut disrupted_patch = serde_json::Map::new();
+    for name in current.disrupted_pods.clone().unwrap_or_default().keys() {
+        disrupted_patch.insert(name.clone(), serde_json::Value::Null);
+    }
+    for (name, since) in &disrupted {
+        disrupted_patch.insert(name.clone(), json!(since));
+    }
+    // Pinned to the budget read: an eviction that spent it meanwhile makes this a conflict,
+    // retried on the newer state, rather than being overwritten.
+    let patch = json!({"metadata": {"resourceVersion": budget.resource_version()},
+        "status": {
         "observedGeneration": generation,
         "expectedPods": counts.expected,
         "desiredHealthy": counts.desired_healthy,
         "currentHealthy": counts.current_healthy,
         "disruptionsAllowed": counts.allowed,
-        "disruptedPods": current.disrupted_pods.unwrap_or_default(),
+        "disruptedPods": disrupted_patch,
         "conditions": [{
             "type": "DisruptionAllowed",
             "status": status,
@@ -282,7 +350,7 @@ pub async fn reconcile(budget: Arc<PodDisruptionBudget>, context: Arc<Context>) 
             &Patch::Merge(patch),
         )
         .await?;
-    Ok(Action::await_change())
+    Ok(action)
 }
 
 #[cfg(test)]
@@ -311,7 +379,8 @@ mod tests {
     #[test]
     fn allowed_disruptions_are_healthy_pods_beyond_the_desired() {
         let pods = vec![pod(true), pod(true), pod(true), pod(false)];
-        let of = |min, max, scale| counts(&budget(min, max), &pods, scale).expect("counts");
+        let none = BTreeSet::new();
+        let of = |min, max, scale| counts(&budget(min, max), &pods, &none, scale).expect("counts");
         let min2 = of(Some(IntOrString::Int(2)), None, 4);
         assert_eq!(
             (
@@ -334,6 +403,39 @@ mod tests {
         let quarter = of(None, Some(IntOrString::String("25%".into())), 4);
         assert_eq!((quarter.desired_healthy, quarter.allowed), (3, 0));
         let nonsense = budget(Some(IntOrString::String("lots".into())), None);
-        assert!(counts(&nonsense, &pods, 4).is_err());
+        assert!(counts(&nonsense, &pods, &none, 4).is_err());
+    }
+
+    #[test]
+    fn evictions_hold_their_pod_until_it_goes_or_times_out() {
+        let named = |name: &str, deleting: bool| {
+            let mut pod = (*pod(true)).clone();
+            pod.metadata.name = Some(name.into());
+            if deleting {
+                pod.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::now()));
+            }
+            Arc::new(pod)
+        };
+        let now = jiff::Timestamp::now();
+        let ago = |seconds: i64| Time(now - jiff::SignedDuration::from_secs(seconds));
+        let recorded: BTreeMap<String, Time> = [
+            ("fresh".to_string(), ago(5)),
+            ("old".to_string(), ago(300)),
+            ("going".to_string(), ago(5)),
+            ("gone".to_string(), ago(5)),
+        ]
+        .into();
+        let pods = vec![
+            named("fresh", false),
+            named("old", false),
+            named("going", true),
+        ];
+        let held = still_disrupted(&recorded, &pods, now);
+        assert_eq!(held.keys().collect::<Vec<_>>(), vec!["fresh"]);
+        // A held pod is not healthy: 3 ready pods, one evicted, 2 must stay → none allowed.
+        let budget = budget(Some(IntOrString::Int(2)), None);
+        let three = vec![named("fresh", false), named("a", false), named("b", false)];
+        let counted = counts(&budget, &three, &["fresh"].into(), 3).expect("counts");
+        assert_eq!((counted.current_healthy, counted.allowed), (2, 0));
     }
 }

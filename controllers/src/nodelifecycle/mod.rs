@@ -1,0 +1,376 @@
+//! The node lifecycle controller (`node-lifecycle`, as upstream's node-lifecycle-controller)
+//! and taint-based eviction (`taint-eviction-controller`).
+//!
+//! Node health comes from the kubelet's heartbeats: its Lease in `kube-node-lease` being
+//! renewed, or its Ready condition's `lastHeartbeatTime` moving. A node heard from neither
+//! for `--node-monitor-grace-period` (40 s; 60 s for a node that never posted Ready) gets its
+//! posted conditions `Unknown` (`NodeStatusUnknown`, "Kubelet stopped posting node status.")
+//! and its pods Ready=False. Every node carries the `NoSchedule` taints its conditions call for
+//! (not-ready, unreachable, memory/disk/pid pressure, network-unavailable, unschedulable), and
+//! a node that is not Ready the `NoExecute` taint `node.kubernetes.io/not-ready` (False) or
+//! `node.kubernetes.io/unreachable` (Unknown) — new `NoExecute` taints at most
+//! `--node-eviction-rate` nodes a second (0.1, upstream's default, without its per-zone
+//! rates); all are lifted when the node is Ready again.
+//!
+//! Taint-based eviction deletes the pods of `NoExecute`-tainted nodes (see
+//! [`taint_eviction`]), each first marked with the `DisruptionTarget` condition (reason
+//! `DeletionByTaintManager`). Both work in passes over the shared informers' stores, once a
+//! second; writes are pinned to the resourceVersion read, so a kubelet that posts meanwhile
+//! wins and the next pass looks again.
+
+pub mod health;
+pub mod taint_eviction;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::informers::Informers;
+use taint_eviction::Verdict;
+
+/// How the node lifecycle controller judges nodes.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    /// Without a heartbeat this long a node is `Unknown` (`--node-monitor-grace-period`).
+    pub grace_period: Duration,
+    /// The same for a node that never posted a Ready condition (`--node-startup-grace-period`).
+    pub startup_grace_period: Duration,
+    /// Nodes a second that may get a new `NoExecute` taint (`--node-eviction-rate`; 0: none).
+    pub eviction_rate: f64,
+    /// Between two passes.
+    pub period: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            grace_period: Duration::from_secs(40),
+            startup_grace_period: Duration::from_secs(60),
+            eviction_rate: 0.1,
+            period: Duration::from_secs(1),
+        }
+    }
+}
+
+/// The last heartbeat seen of a node, and when it was seen (on our clock).
+struct Heard {
+    heartbeat: Option<Time>,
+    renewed: Option<String>,
+    at: Instant,
+    ready: Option<String>,
+}
+
+fn now_time() -> Time {
+    Time(jiff::Timestamp::now())
+}
+
+fn node_of(pod: &Pod) -> Option<&str> {
+    pod.spec.as_ref().and_then(|spec| spec.node_name.as_deref())
+}
+
+struct Lifecycle {
+    client: Client,
+    nodes: Store<Node>,
+    leases: Store<Lease>,
+    pods: Store<Pod>,
+    settings: Settings,
+    heard: HashMap<String, Heard>,
+    /// When the next new `NoExecute` taint may be set.
+    next_eviction: Instant,
+}
+
+impl Lifecycle {
+    /// Whether a new `NoExecute` taint may be set now (and if so, spends the turn).
+    fn may_evict(&mut self) -> bool {
+        if self.settings.eviction_rate <= 0.0 {
+            return false;
+        }
+        let now = Instant::now();
+        if now < self.next_eviction {
+            return false;
+        }
+        self.next_eviction = now + Duration::from_secs_f64(1.0 / self.settings.eviction_rate);
+        true
+    }
+
+    async fn pass(&mut self) {
+        let nodes = self.nodes.state();
+        self.heard
+            .retain(|name, _| nodes.iter().any(|node| node.name_any() == *name));
+        for node in nodes {
+            if let Err(error) = self.check(&node).await {
+                tracing::debug!(node = %node.name_any(), %error, "node lifecycle; next pass retries");
+            }
+        }
+    }
+
+    async fn check(&mut self, node: &Node) -> kube::Result<()> {
+        let name = node.name_any();
+        let heartbeat =
+            health::condition(node, "Ready").and_then(|c| c.last_heartbeat_time.clone());
+        let renewed = self
+            .leases
+            .get(&ObjectRef::new(&name).within("kube-node-lease"))
+            .and_then(|lease| {
+                lease
+                    .spec
+                    .as_ref()?
+                    .renew_time
+                    .as_ref()
+                    .map(|t| t.0.to_string())
+            });
+        let now = Instant::now();
+        let heard = self.heard.entry(name.clone()).or_insert_with(|| Heard {
+            heartbeat: heartbeat.clone(),
+            renewed: renewed.clone(),
+            at: now,
+            ready: None,
+        });
+        if heard.heartbeat != heartbeat || heard.renewed != renewed {
+            (heard.heartbeat, heard.renewed, heard.at) = (heartbeat, renewed, now);
+        }
+        let grace = match health::ready_status(node) {
+            None => self.settings.startup_grace_period,
+            Some(_) => self.settings.grace_period,
+        };
+        let api: Api<Node> = Api::all(self.client.clone());
+        let mut node = node.clone();
+        if now.duration_since(heard.at) > grace {
+            if let Some(conditions) = health::gone_quiet(&node, &now_time()) {
+                tracing::info!(node = %name, "kubelet stopped posting node status; conditions Unknown");
+                let patch = json!({"metadata": {"resourceVersion": node.resource_version()},
+                    "status": {"conditions": conditions}});
+                node = api
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?;
+            }
+        }
+        let ready = health::ready_status(&node).map(str::to_string);
+        let was_ready = self.heard.get(&name).and_then(|heard| heard.ready.clone());
+        if ready.as_deref() != Some("True") && was_ready.as_deref() != ready.as_deref() {
+            self.mark_pods_not_ready(&name).await;
+        }
+        if let Some(heard) = self.heard.get_mut(&name) {
+            heard.ready = ready;
+        }
+        let current = node
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.taints.clone())
+            .unwrap_or_default();
+        let adds_no_execute = |taints: &[k8s_openapi::api::core::v1::Taint]| {
+            taints.iter().any(|t| t.effect == "NoExecute")
+        };
+        let mut wanted = health::wanted_taints(&node, false, &now_time());
+        let needs_turn = !adds_no_execute(&current)
+            && adds_no_execute(&health::wanted_taints(&node, true, &now_time()));
+        if needs_turn && self.may_evict() {
+            wanted = health::wanted_taints(&node, true, &now_time());
+        }
+        if !health::same_taints(&current, &wanted) {
+            tracing::info!(node = %name, taints = ?wanted.iter().map(|t| format!("{}:{}", t.key, t.effect)).collect::<Vec<_>>(), "node taints");
+            let patch = json!({"metadata": {"resourceVersion": node.resource_version()},
+                "spec": {"taints": wanted}});
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The Ready condition of every pod on the node False (their kubelet cannot say).
+    async fn mark_pods_not_ready(&self, node: &str) {
+        for pod in self.pods.state() {
+            if node_of(&pod) != Some(node) || !rudder_facts::pods::is_ready(&pod) {
+                continue;
+            }
+            let Some(namespace) = pod.namespace() else {
+                continue;
+            };
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+            let patch = json!({"status": {"conditions": [{"type": "Ready", "status": "False",
+                "lastTransitionTime": now_time()}]}});
+            if let Err(error) = api
+                .patch_status(
+                    &pod.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Strategic(&patch),
+                )
+                .await
+            {
+                tracing::debug!(pod = %pod.name_any(), %error, "marking a pod not ready");
+            }
+        }
+    }
+}
+
+/// Taint-based eviction's state: when it first saw each node's `NoExecute` taints.
+struct Evictor {
+    client: Client,
+    nodes: Store<Node>,
+    pods: Store<Pod>,
+    first_seen: HashMap<String, jiff::Timestamp>,
+}
+
+impl Evictor {
+    async fn pass(&mut self) {
+        let now = jiff::Timestamp::now();
+        let mut tainted = HashMap::new();
+        for node in self.nodes.state() {
+            let taints = node
+                .spec
+                .as_ref()
+                .and_then(|spec| spec.taints.clone())
+                .unwrap_or_default();
+            if taint_eviction::no_execute(&taints).is_empty() {
+                continue;
+            }
+            let seen = *self.first_seen.entry(node.name_any()).or_insert(now);
+            tainted.insert(node.name_any(), (taints, seen));
+        }
+        self.first_seen.retain(|name, _| tainted.contains_key(name));
+        if tainted.is_empty() {
+            return;
+        }
+        for pod in self.pods.state() {
+            if pod.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let Some((taints, seen)) = node_of(&pod).and_then(|node| tainted.get(node)) else {
+                continue;
+            };
+            let due =
+                match taint_eviction::verdict(&pod, &taint_eviction::no_execute(taints), *seen) {
+                    Verdict::Stay => false,
+                    Verdict::DeleteNow => true,
+                    Verdict::DeleteAt(at) => at <= now,
+                };
+            if due {
+                self.evict(&pod).await;
+            }
+        }
+    }
+
+    async fn evict(&self, pod: &Pod) {
+        let Some(namespace) = pod.namespace() else {
+            return;
+        };
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+        let name = pod.name_any();
+        let patch = json!({"status": {"conditions": [{"type": "DisruptionTarget",
+            "status": "True", "reason": "DeletionByTaintManager",
+            "message": "Taint manager: deleting due to NoExecute taint",
+            "lastTransitionTime": now_time()}]}});
+        if let Err(error) = api
+            .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+            .await
+        {
+            tracing::debug!(pod = %name, %error, "marking a pod for taint eviction");
+        }
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: pod.uid(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&name, &params).await {
+            Ok(_) => {
+                tracing::info!(pod = %name, %namespace, "deleted: its node has a NoExecute taint it does not tolerate")
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
+            Err(error) => tracing::warn!(pod = %name, %error, "taint eviction failed"),
+        }
+    }
+}
+
+/// Runs `pass` every `period` once the stores have filled, until `shutdown`.
+async fn every<F>(
+    period: Duration,
+    shutdown: CancellationToken,
+    ready: impl std::future::Future<Output = ()>,
+    mut pass: F,
+) where
+    F: FnMut() -> BoxFuture<'static, ()>,
+{
+    tokio::select! {
+        () = shutdown.cancelled() => return,
+        () = ready => {}
+    }
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = ticker.tick() => pass().await,
+        }
+    }
+}
+
+/// The node lifecycle controller.
+pub fn controller(
+    informers: &Informers,
+    client: Client,
+    settings: Settings,
+    shutdown: CancellationToken,
+) -> BoxFuture<'static, ()> {
+    let lifecycle = Lifecycle {
+        client,
+        nodes: informers.get::<Node>().store,
+        leases: informers.get::<Lease>().store,
+        pods: informers.get::<Pod>().store,
+        settings,
+        heard: HashMap::new(),
+        next_eviction: Instant::now(),
+    };
+    let (nodes, leases, pods) = (
+        lifecycle.nodes.clone(),
+        lifecycle.leases.clone(),
+        lifecycle.pods.clone(),
+    );
+    let ready = async move {
+        let _ = nodes.wait_until_ready().await;
+        let _ = leases.wait_until_ready().await;
+        let _ = pods.wait_until_ready().await;
+    };
+    let lifecycle = std::sync::Arc::new(tokio::sync::Mutex::new(lifecycle));
+    every(settings.period, shutdown, ready, move || {
+        let lifecycle = lifecycle.clone();
+        async move { lifecycle.lock().await.pass().await }.boxed()
+    })
+    .boxed()
+}
+
+/// Taint-based eviction.
+pub fn taint_eviction_controller(
+    informers: &Informers,
+    client: Client,
+    shutdown: CancellationToken,
+) -> BoxFuture<'static, ()> {
+    let evictor = Evictor {
+        client,
+        nodes: informers.get::<Node>().store,
+        pods: informers.get::<Pod>().store,
+        first_seen: HashMap::new(),
+    };
+    let (nodes, pods) = (evictor.nodes.clone(), evictor.pods.clone());
+    let ready = async move {
+        let _ = nodes.wait_until_ready().await;
+        let _ = pods.wait_until_ready().await;
+    };
+    let evictor = std::sync::Arc::new(tokio::sync::Mutex::new(evictor));
+    every(Duration::from_secs(1), shutdown, ready, move || {
+        let evictor = evictor.clone();
+        async move { evictor.lock().await.pass().await }.boxed()
+    })
+    .boxed()
+}
