@@ -23,6 +23,7 @@ pub mod expectations;
 pub mod gc;
 pub mod job;
 pub mod namespace;
+pub mod persistentvolume;
 pub mod podgc;
 pub mod podtemplate;
 pub mod replicaset;
@@ -232,6 +233,12 @@ async fn run_controllers(config: Config, metrics: Arc<QueueMetrics>, shutdown: C
             "garbage-collector" => {
                 gc::controller(client, queue, config.concurrency.garbage_collector, token)
             }
+            persistentvolume::BINDER => {
+                persistentvolume::binder_controller(&informers, client, identity, queue, token)
+            }
+            persistentvolume::PROVISIONER => persistentvolume::provisioner::controller(
+                &informers, client, identity, queue, token,
+            ),
             "deployment" => deployment::controller(
                 &informers,
                 client,

@@ -29,6 +29,8 @@ pub const ALL: &[&str] = &[
     "resourcequota",
     "csrapproving",
     "csrsigning",
+    "persistentvolume-binder",
+    "local-path-provisioner",
 ];
 
 /// The controllers that run.
