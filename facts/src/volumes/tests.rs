@@ -58,6 +58,7 @@ fn pinned(to: &str) -> Value {
 fn the_smallest_volume_that_satisfies_the_claim_is_chosen() {
     let n1 = node("n1");
     let none = |_: &str| false;
+    #[allow(clippy::type_complexity)]
     let cases: Vec<(
         &str,
         Vec<PersistentVolume>,

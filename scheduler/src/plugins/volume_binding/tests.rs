@@ -74,8 +74,8 @@ impl World {
         }
     }
 
-    /// PreFilter's code and reasons, then each node's filter answer.
-    fn run(&self, pod: &PodInfo, nodes: &[&str]) -> (Code, Vec<String>, Vec<(String, Code)>) {
+    /// Runs `check` with a cycle's context for `pod` and its PreFilter answer.
+    fn cycle<R>(&self, pod: &PodInfo, check: impl FnOnce(&Ctx, CycleState, Status) -> R) -> R {
         let snapshot = Snapshot::default();
         let labels = |_: &str| BTreeMap::new();
         let ctx = Ctx {
@@ -86,32 +86,32 @@ impl World {
         };
         let mut state = CycleState::default();
         let pre = VolumeBinding.pre_filter(&mut state, &ctx);
-        let filtered = nodes
-            .iter()
-            .map(|n| {
-                (
-                    n.to_string(),
-                    VolumeBinding.filter(&state, &ctx, &node(n)).code,
-                )
-            })
-            .collect();
-        (pre.code, pre.reasons, filtered)
+        check(&ctx, state, pre)
+    }
+
+    /// PreFilter's code and reasons, then each node's filter answer.
+    fn run(&self, pod: &PodInfo, nodes: &[&str]) -> (Code, Vec<String>, Vec<(String, Code)>) {
+        self.cycle(pod, |ctx, state, pre| {
+            let filtered = nodes
+                .iter()
+                .map(|n| {
+                    (
+                        n.to_string(),
+                        VolumeBinding.filter(&state, ctx, &node(n)).code,
+                    )
+                })
+                .collect();
+            (pre.code, pre.reasons, filtered)
+        })
     }
 
     fn reserve(&self, pod: &PodInfo, on: &str) -> Vec<PreBindAction> {
-        let snapshot = Snapshot::default();
-        let labels = |_: &str| BTreeMap::new();
-        let ctx = Ctx {
-            pod,
-            snapshot: &snapshot,
-            namespace_labels: &labels,
-            volumes: &self.volumes,
-        };
-        let mut state = CycleState::default();
-        assert!(VolumeBinding.pre_filter(&mut state, &ctx).is_success());
-        VolumeBinding
-            .reserve(&state, &ctx, &node(on))
-            .expect("reserved")
+        self.cycle(pod, |ctx, state, pre| {
+            assert!(pre.is_success());
+            VolumeBinding
+                .reserve(&state, ctx, &node(on))
+                .expect("reserved")
+        })
     }
 }
 
