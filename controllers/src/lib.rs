@@ -25,6 +25,7 @@ pub mod job;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
+pub mod persistentvolume;
 pub mod podgc;
 pub mod podtemplate;
 pub mod replicaset;
@@ -251,6 +252,12 @@ async fn run_controllers(config: Config, metrics: Arc<QueueMetrics>, shutdown: C
             "garbage-collector" => {
                 gc::controller(client, queue, config.concurrency.garbage_collector, token)
             }
+            persistentvolume::BINDER => {
+                persistentvolume::binder_controller(&informers, client, identity, queue, token)
+            }
+            persistentvolume::PROVISIONER => persistentvolume::provisioner::controller(
+                &informers, client, identity, queue, token,
+            ),
             "deployment" => deployment::controller(
                 &informers,
                 client,

@@ -32,6 +32,8 @@ pub const ALL: &[&str] = &[
     "node-lifecycle",
     "taint-eviction-controller",
     "nodeipam",
+    "persistentvolume-binder",
+    "local-path-provisioner",
 ];
 
 /// The controllers that run.

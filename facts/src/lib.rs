@@ -12,3 +12,4 @@ pub mod owners;
 pub mod pods;
 pub mod quantity;
 pub mod quota;
+pub mod volumes;

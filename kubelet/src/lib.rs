@@ -13,6 +13,7 @@ pub mod node;
 pub mod pods;
 pub mod runtime;
 pub mod server;
+pub mod storage;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -177,6 +178,14 @@ pub async fn run(
         hostname: config.node_name.clone(),
         kubelet_port,
         labels: config.labels.clone(),
+        annotations: if config.hollow {
+            BTreeMap::new()
+        } else {
+            BTreeMap::from([(
+                rudder_facts::volumes::STORAGE_BASE_ANNOTATION.to_string(),
+                storage::base(&config.data_dir).display().to_string(),
+            )])
+        },
         capacity: capacity.clone(),
         system: node::system_info(&format!("{}://{}", version.name, version.version)),
     });
@@ -193,6 +202,13 @@ pub async fn run(
         }
     }
     tracing::info!(node = %config.node_name, runtime = %version.name, port = kubelet_port, "node registered");
+    if !config.hollow {
+        tasks.spawn(storage::sweep_until(
+            client.clone(),
+            storage::base(&config.data_dir),
+            shutdown.clone(),
+        ));
+    }
     tasks.spawn(node::heartbeat(
         client.clone(),
         identity.clone(),

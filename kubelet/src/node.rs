@@ -42,6 +42,8 @@ pub struct Identity {
     pub hostname: String,
     pub kubelet_port: u16,
     pub labels: BTreeMap<String, String>,
+    /// Set on the Node at registration (the local-path storage base).
+    pub annotations: BTreeMap<String, String>,
     pub capacity: BTreeMap<String, Quantity>,
     pub system: NodeSystemInfo,
 }
@@ -251,6 +253,7 @@ pub async fn register(
         metadata: ObjectMeta {
             name: Some(identity.name.clone()),
             labels: Some(labels.clone()),
+            annotations: Some(identity.annotations.clone()),
             ..Default::default()
         },
         ..Default::default()
@@ -261,6 +264,7 @@ pub async fn register(
             let patch = Node {
                 metadata: ObjectMeta {
                     labels: Some(labels),
+                    annotations: Some(identity.annotations.clone()),
                     ..Default::default()
                 },
                 ..Default::default()

@@ -9,12 +9,14 @@ use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
 use serde_json::json;
 use tokio::sync::mpsc;
+
+use crate::framework::PreBindAction;
 
 /// A failed write.
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +62,8 @@ pub trait Cluster: Send + Sync {
     fn evict(&self, victim: &Pod) -> BoxFuture<'static, Result<(), WriteError>>;
     /// Records an event (fire and forget).
     fn record(&self, pod: &Pod, event: PodEvent);
+    /// A volume write of the binding cycle (PreBind); waiting is the scheduler's.
+    fn pre_bind(&self, action: &PreBindAction) -> BoxFuture<'static, Result<(), WriteError>>;
 }
 
 /// The cluster through kube-rs.
@@ -286,6 +290,63 @@ impl Cluster for KubeCluster {
             tracing::debug!("scheduler event queue full; event dropped");
         }
     }
+
+    fn pre_bind(&self, action: &PreBindAction) -> BoxFuture<'static, Result<(), WriteError>> {
+        let client = self.client.clone();
+        let action = action.clone();
+        async move {
+            match action {
+                PreBindAction::SelectNode {
+                    namespace,
+                    claim,
+                    node,
+                } => {
+                    let patch = json!({"metadata": {"annotations": {
+                        rudder_facts::volumes::SELECTED_NODE: node}}});
+                    Api::<PersistentVolumeClaim>::namespaced(client, &namespace)
+                        .patch(&claim, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await?;
+                }
+                PreBindAction::BindVolume {
+                    volume,
+                    namespace,
+                    claim,
+                    uid,
+                } => {
+                    // As the PV binder would: the volume's claimRef, pinned to the version
+                    // read (a volume taken meanwhile fails the binding, and the pod retries).
+                    let volumes: Api<PersistentVolume> = Api::all(client);
+                    let mut current = volumes.get(&volume).await?;
+                    let spec = current.spec.get_or_insert_with(Default::default);
+                    let free = spec.claim_ref.is_none();
+                    spec.claim_ref = Some(ObjectReference {
+                        api_version: Some("v1".into()),
+                        kind: Some("PersistentVolumeClaim".into()),
+                        namespace: Some(namespace),
+                        name: Some(claim),
+                        uid: Some(uid),
+                        ..ObjectReference::default()
+                    });
+                    if free {
+                        current
+                            .metadata
+                            .annotations
+                            .get_or_insert_with(Default::default)
+                            .insert(
+                                rudder_facts::volumes::BOUND_BY_CONTROLLER.into(),
+                                "yes".into(),
+                            );
+                    }
+                    volumes
+                        .replace(&volume, &PostParams::default(), &current)
+                        .await?;
+                }
+                PreBindAction::WaitBound { .. } => {}
+            }
+            Ok(())
+        }
+        .boxed()
+    }
 }
 
 /// A write the fake saw.
@@ -308,6 +369,7 @@ pub enum Write {
         reason: &'static str,
         note: String,
     },
+    PreBind(PreBindAction),
 }
 
 /// Records writes; bindings of pods named in `refuse` fail.
@@ -376,6 +438,11 @@ impl Cluster for FakeCluster {
 
     fn evict(&self, victim: &Pod) -> BoxFuture<'static, Result<(), WriteError>> {
         self.push(Write::Evict { pod: name(victim) });
+        async { Ok(()) }.boxed()
+    }
+
+    fn pre_bind(&self, action: &PreBindAction) -> BoxFuture<'static, Result<(), WriteError>> {
+        self.push(Write::PreBind(action.clone()));
         async { Ok(()) }.boxed()
     }
 

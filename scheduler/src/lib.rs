@@ -1,7 +1,8 @@
 //! rudder-scheduler: assigns pods to nodes.
 //!
 //! A client of the apiserver through kube-rs, never of storage: shared informers on pods,
-//! nodes, namespaces and PodDisruptionBudgets feed a [`cache`] (with assumed pods) and a
+//! nodes, namespaces, PodDisruptionBudgets and claims, volumes and StorageClasses
+//! ([`volumes`]) feed a [`cache`] (with assumed pods) and a
 //! [`queue`] (active, backoff, unschedulable); one loop runs upstream's [`framework`] of
 //! filter and score [`plugins`] per pod ([`schedule`]), preempts lower-priority pods when
 //! nothing fits ([`preemption`]), and binds through `pods/binding` ([`cluster`]). Profiles,
@@ -23,14 +24,16 @@ pub mod schedule;
 pub mod scheduler;
 #[cfg(test)]
 mod tests;
+pub mod volumes;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::ObjectRef;
 use kube::Client;
 use rudder_runtime::informers::Informers;
@@ -138,6 +141,14 @@ async fn schedule(config: Config, metrics: Arc<Metrics>, shutdown: CancellationT
             .unwrap_or_default()
     });
     let list_budgets = Arc::new(move || budgets.state());
+    let claims = informers.get::<PersistentVolumeClaim>();
+    let persistent_volumes = informers.get::<PersistentVolume>();
+    let classes = informers.get::<StorageClass>();
+    let volumes = Arc::new(volumes::Volumes::new(Arc::new(volumes::StoreVolumes {
+        claims: claims.store.clone(),
+        volumes: persistent_volumes.store.clone(),
+        classes: classes.store.clone(),
+    })));
     let cluster = Arc::new(cluster::KubeCluster::new(
         config.client.clone(),
         &config.identity,
@@ -147,6 +158,7 @@ async fn schedule(config: Config, metrics: Arc<Metrics>, shutdown: CancellationT
         cluster,
         namespace_labels,
         list_budgets,
+        volumes,
         queue::Timings::default(),
         metrics,
         tokio::runtime::Handle::current(),
@@ -171,6 +183,30 @@ async fn schedule(config: Config, metrics: Arc<Metrics>, shutdown: CancellationT
             seen.fetch_add(1, Ordering::Relaxed);
             futures::future::ready(())
         })
+    };
+    // Claims, volumes and classes wake the pods VolumeBinding turned away.
+    let storage_handler = {
+        use framework::ClusterEvent;
+        fn on<T>(
+            scheduler: Arc<Scheduler>,
+            event: ClusterEvent,
+        ) -> impl FnMut(T) -> futures::future::Ready<()> {
+            move |_| {
+                scheduler.on_storage(event);
+                futures::future::ready(())
+            }
+        }
+        futures::future::join3(
+            claims
+                .changes
+                .for_each(on(scheduler.clone(), ClusterEvent::ClaimChanged)),
+            persistent_volumes
+                .changes
+                .for_each(on(scheduler.clone(), ClusterEvent::VolumeChanged)),
+            classes
+                .changes
+                .for_each(on(scheduler.clone(), ClusterEvent::StorageClassAdded)),
+        )
     };
     let stop = Arc::new(AtomicBool::new(false));
     let looping = {
@@ -205,7 +241,7 @@ async fn schedule(config: Config, metrics: Arc<Metrics>, shutdown: CancellationT
     };
     tokio::select! {
         _ = informers.run(shutdown.clone()) => {}
-        _ = async { tokio::join!(pod_handler, node_handler, looping) } => {}
+        _ = async { tokio::join!(pod_handler, node_handler, storage_handler, looping) } => {}
     }
     // Whichever ended first, the scheduling thread ends too (it holds the API client).
     stop.store(true, Ordering::Relaxed);

@@ -12,12 +12,13 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use crate::cache::{Cache, Snapshot};
 use crate::cluster::{Cluster, PodEvent};
-use crate::framework::{ClusterEvent, Ctx, CycleState, NamespaceLabels, Profile};
+use crate::framework::{ClusterEvent, Ctx, CycleState, NamespaceLabels, PreBindAction, Profile};
 use crate::metrics::Metrics;
 use crate::node_info::PodInfo;
 use crate::preemption::{self, Outcome};
 use crate::queue::{Queued, SchedulingQueue, Timings};
 use crate::schedule::Algorithm;
+use crate::volumes::Volumes;
 
 /// Lists the PodDisruptionBudgets (preemption spares pods they protect).
 pub type BudgetLister = dyn Fn() -> Vec<Arc<PodDisruptionBudget>> + Send + Sync;
@@ -35,7 +36,13 @@ pub struct Scheduler {
     /// Bounds the API writes in flight (bindings, conditions, evictions): the scheduler may
     /// run ahead of the apiserver, but never with thousands of connections at once.
     writes: Arc<tokio::sync::Semaphore>,
+    /// Claims, volumes and classes, with VolumeBinding's promises.
+    volumes: Arc<Volumes>,
 }
+
+/// How long a binding cycle waits for its pod's claims to be bound (upstream's
+/// `bindTimeoutSeconds`).
+pub const VOLUME_BIND_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// API writes the scheduler has in flight at most (each may hold a connection).
 pub const MAX_WRITES_IN_FLIGHT: usize = 64;
@@ -51,11 +58,13 @@ pub struct Turn {
 pub const ASSUMED_POD_TTL: Duration = Duration::from_secs(30);
 
 impl Scheduler {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         profiles: Vec<Profile>,
         cluster: Arc<dyn Cluster>,
         namespace_labels: Arc<NamespaceLabels>,
         budgets: Arc<BudgetLister>,
+        volumes: Arc<Volumes>,
         timings: Timings,
         metrics: Arc<Metrics>,
         runtime: tokio::runtime::Handle,
@@ -73,6 +82,7 @@ impl Scheduler {
             metrics,
             runtime,
             writes: Arc::new(tokio::sync::Semaphore::new(MAX_WRITES_IN_FLIGHT)),
+            volumes,
         })
     }
 
@@ -168,6 +178,11 @@ impl Scheduler {
         self.queue.on_event(&self.interested(event));
     }
 
+    /// A claim, volume or class changed: pods VolumeBinding turned away may fit now.
+    pub fn on_storage(&self, event: ClusterEvent) {
+        self.queue.on_event(&self.interested(event));
+    }
+
     /// The scheduling loop; returns when `stop` is set (and the queue closed).
     pub fn run_loop(self: &Arc<Self>, stop: &std::sync::atomic::AtomicBool) {
         let mut turn = Turn::default();
@@ -217,20 +232,47 @@ impl Scheduler {
         };
         self.cache().update_snapshot(snapshot);
         let labels = self.namespace_labels.clone();
+        let volumes = self.volumes.clone();
         let ctx = Ctx {
             pod: &pod,
             snapshot,
             namespace_labels: labels.as_ref(),
+            volumes: volumes.as_ref(),
         };
         let mut state = CycleState::default();
         match algorithm.schedule(&profile, &mut state, &ctx) {
             Ok(placement) => {
+                let reserved = match ctx.snapshot.get(&placement.node) {
+                    Some(node) => profile.reserve(&state, &ctx, node),
+                    None => Ok(Vec::new()),
+                };
+                let actions = match reserved {
+                    Ok(actions) => actions,
+                    Err(status) => {
+                        let note = format!(
+                            "running Reserve plugin \"{}\": {}",
+                            status.plugin,
+                            status.reasons.join(", ")
+                        );
+                        self.cluster.record(
+                            &pod.pod,
+                            PodEvent {
+                                warning: true,
+                                reason: "FailedScheduling",
+                                action: "Scheduling",
+                                note,
+                            },
+                        );
+                        self.queue.requeue(queued, HashSet::new(), true);
+                        return;
+                    }
+                };
                 self.cache().assume(pod.clone(), &placement.node);
                 self.metrics.scheduling_micros.fetch_add(
                     started.elapsed().as_micros() as u64,
                     std::sync::atomic::Ordering::Relaxed,
                 );
-                self.bind(queued, placement.node, profile, started);
+                self.bind(queued, placement.node, profile, started, actions);
             }
             Err(mut diagnosis) => {
                 let mut nominated = None;
@@ -313,19 +355,68 @@ impl Scheduler {
         });
     }
 
-    /// The binding cycle, asynchronously.
+    /// PreBind: the volume writes, then waiting (bounded) until every claim is bound.
+    async fn pre_bind(&self, actions: &[PreBindAction]) -> Result<(), crate::cluster::WriteError> {
+        let mut waits = Vec::new();
+        for action in actions {
+            match action {
+                PreBindAction::WaitBound { namespace, claim } => waits.push((namespace, claim)),
+                other => self.cluster.pre_bind(other).await?,
+            }
+        }
+        let deadline = Instant::now() + VOLUME_BIND_TIMEOUT;
+        loop {
+            let bound = waits.iter().all(|(namespace, claim)| {
+                self.volumes
+                    .lister
+                    .claim(namespace, claim)
+                    .is_some_and(|c| rudder_facts::volumes::claim_volume(&c).is_some())
+            });
+            if bound {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(crate::cluster::WriteError {
+                    message: "binding volumes: timed out waiting for the condition".into(),
+                    gone: false,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The binding cycle, asynchronously: PreBind's volume writes, then the binding.
     fn bind(
         self: &Arc<Self>,
         queued: Queued,
         node: String,
         profile: Arc<Profile>,
         started: Instant,
+        actions: Vec<PreBindAction>,
     ) {
         let this = self.clone();
-        let write = self.cluster.bind(&queued.info.pod, &node);
+        let claims: Vec<String> = actions
+            .iter()
+            .filter_map(|action| match action {
+                PreBindAction::WaitBound { namespace, claim } => {
+                    Some(format!("{namespace}/{claim}"))
+                }
+                _ => None,
+            })
+            .collect();
         self.spawn_write(async move {
             let writing = Instant::now();
-            let result = write.await;
+            let result = match this.pre_bind(&actions).await {
+                Ok(()) => this.cluster.bind(&queued.info.pod, &node).await,
+                Err(error) => Err(crate::cluster::WriteError {
+                    message: format!(
+                        "running PreBind plugin \"VolumeBinding\": {}",
+                        error.message
+                    ),
+                    gone: error.gone,
+                }),
+            };
+            this.volumes.forget(&claims);
             let binding_micros = writing.elapsed().as_micros() as u64;
             let pod = queued.info.clone();
             match result {

@@ -212,6 +212,7 @@ pub async fn bootstrap(registry: &Registry, apiserver_port: u16, advertise: &str
             Err(error) => return Err(error),
         }
     }
+    default_storage_class(registry, &write).await?;
     let priority_classes =
         catalog::find("scheduling.k8s.io", "v1", "priorityclasses").ok_or_else(missing)?;
     for (name, value) in rudder_admission::SYSTEM_PRIORITY_CLASSES {
@@ -227,6 +228,37 @@ pub async fn bootstrap(registry: &Registry, apiserver_port: u16, advertise: &str
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// The `local-path` StorageClass k3s ships, the cluster's default, served by the
+/// controller-manager's local-path provisioner: created when absent, never changed after
+/// (a user's edit or a removed default annotation stays).
+async fn default_storage_class(registry: &Registry, write: &Write) -> Result<()> {
+    use rudder_facts::volumes::{LOCAL_PATH_CLASS, LOCAL_PATH_PROVISIONER};
+    let classes = catalog::find("storage.k8s.io", "v1", "storageclasses").ok_or_else(missing)?;
+    if registry
+        .read(classes, None, LOCAL_PATH_CLASS)
+        .await?
+        .is_some()
+    {
+        return Ok(());
+    }
+    let input = Input {
+        object: json!({
+            "metadata": {"name": LOCAL_PATH_CLASS,
+                "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+            "provisioner": LOCAL_PATH_PROVISIONER,
+            "reclaimPolicy": "Delete",
+            "volumeBindingMode": "WaitForFirstConsumer",
+        }),
+        duplicate_fields: Vec::new(),
+    };
+    match registry.create(classes, None, input, write).await {
+        Ok(_) => tracing::info!("created the local-path StorageClass"),
+        Err(error) if error.is_already_exists() => {}
+        Err(error) => return Err(error),
     }
     Ok(())
 }

@@ -68,6 +68,32 @@ pub fn validate_workload(workload: Workload, obj: &Value, old: Option<&Value>, e
     }
 }
 
+/// A StatefulSet's pod template with a volume for each claim template it does not name.
+fn with_claim_volumes(spec: &Value, template: &Value) -> Value {
+    let mut template = template.clone();
+    let claims: Vec<String> = crate::json::value_at(spec, &["volumeClaimTemplates"])
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| crate::json::opt_str_at(c, &["metadata", "name"]).map(String::from))
+        .collect();
+    let Some(pod) = template.get_mut("spec").and_then(Value::as_object_mut) else {
+        return template;
+    };
+    let volumes = pod
+        .entry("volumes")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if let Some(volumes) = volumes.as_array_mut() {
+        for claim in claims {
+            if !volumes.iter().any(|v| v["name"] == claim.as_str()) {
+                volumes.push(serde_json::json!({"name": claim,
+                    "persistentVolumeClaim": {"claimName": claim}}));
+            }
+        }
+    }
+    template
+}
+
 fn validate_selector_and_template(workload: Workload, s: &Value, errs: &mut Errs) {
     let kind = workload.kind();
     let selector = json::obj_at(s, "spec", "selector", errs);
@@ -105,7 +131,13 @@ fn validate_selector_and_template(workload: Workload, s: &Value, errs: &mut Errs
             ));
         }
     }
-    validate_pod_template(t, "spec.template", errs);
+    if workload == Workload::StatefulSet {
+        // Containers may mount the claims of `volumeClaimTemplates`: the controller adds one
+        // volume per template to each pod, and upstream's validation accepts such mounts.
+        validate_pod_template(&with_claim_volumes(s, t), "spec.template", errs);
+    } else {
+        validate_pod_template(t, "spec.template", errs);
+    }
     let policy = crate::json::opt_str_at(t, &["spec", "restartPolicy"]).unwrap_or("");
     if policy != "Always" {
         errs.push(FieldError::not_supported(
@@ -442,6 +474,33 @@ mod tests {
         let mut new = old.clone();
         new["spec"]["serviceName"] = json!("other");
         assert_eq!(msgs("StatefulSet", &new, Some(&old)), vec!["spec: Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden"]);
+    }
+
+    #[test]
+    fn statefulset_containers_may_mount_claim_templates() {
+        let mut spec = good_spec();
+        let m = spec.as_object_mut().expect("object");
+        m.remove("strategy");
+        m.remove("progressDeadlineSeconds");
+        m.insert("serviceName".into(), json!("web"));
+        m.insert("podManagementPolicy".into(), json!("Parallel"));
+        m.insert(
+            "updateStrategy".into(),
+            json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
+        );
+        spec["template"]["spec"]["containers"][0]["volumeMounts"] =
+            json!([{"name": "data", "mountPath": "/data"}]);
+        let without = deployment(spec.clone());
+        assert_eq!(
+            msgs("StatefulSet", &without, None),
+            vec!["spec.template.spec.containers[0].volumeMounts[0].name: Not found: \"data\""]
+        );
+        spec["volumeClaimTemplates"] = json!([{"metadata": {"name": "data"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]);
+        assert_eq!(
+            msgs("StatefulSet", &deployment(spec), None),
+            Vec::<String>::new()
+        );
     }
 
     #[test]

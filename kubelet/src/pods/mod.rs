@@ -5,6 +5,7 @@
 //! pods that no longer exist are removed.
 
 pub mod backoff;
+pub mod claims;
 pub mod env;
 pub mod probes;
 pub mod spec;

@@ -1,6 +1,6 @@
 //! A pod's volumes on the node, under `<root>/pods/<uid>/volumes/<name>`: emptyDir (a
 //! directory, or a tmpfs for `medium: Memory` sized by `sizeLimit`), hostPath (with its type
-//! checks), and the API-backed ones — configMap, secret, downwardAPI and projected (including
+//! checks), persistentVolumeClaim (the bound volume's directory, see `claims`), and the API-backed ones — configMap, secret, downwardAPI and projected (including
 //! ServiceAccount tokens, requested for the pod and renewed at 80% of their lifetime) — written
 //! the way upstream's atomic writer does: the files live in a timestamped directory that the
 //! `..data` symlink points to, each top-level name is a symlink through `..data`, and an update
@@ -39,6 +39,8 @@ pub struct PodVolumes {
     tokens: BTreeMap<String, HeldToken>,
     /// Memory-backed emptyDirs mounted here (unmounted on teardown).
     tmpfs: Vec<PathBuf>,
+    /// The node directory behind each `persistentVolumeClaim` volume, once resolved.
+    claims: BTreeMap<String, PathBuf>,
 }
 
 fn io(what: &Path) -> impl FnOnce(std::io::Error) -> ConfigError + '_ {
@@ -55,6 +57,7 @@ impl PodVolumes {
             dir: root.join("pods").join(pod_uid(pod)),
             tokens: BTreeMap::new(),
             tmpfs: Vec::new(),
+            claims: BTreeMap::new(),
         }
     }
 
@@ -112,6 +115,15 @@ impl PodVolumes {
             }
             if let Some(host) = &volume.host_path {
                 check_host_path(Path::new(&host.path), host.type_.as_deref().unwrap_or(""))?;
+                continue;
+            }
+            if let Some(claim) = &volume.persistent_volume_claim {
+                if !self.claims.contains_key(&volume.name) {
+                    let path =
+                        super::claims::directory(client, pod_namespace(pod), &claim.claim_name)
+                            .await?;
+                    self.claims.insert(volume.name.clone(), path);
+                }
                 continue;
             }
             let Some(files) = self
@@ -216,7 +228,7 @@ impl PodVolumes {
                 }
             }
         } else {
-            // Other volume kinds (PVCs, CSI …) are not handled by this kubelet yet.
+            // Other volume kinds (CSI, ephemeral …) are not handled by this kubelet yet.
             return Ok(None);
         }
         Ok(Some(files))
@@ -290,10 +302,16 @@ impl PodVolumes {
             let volume = volumes
                 .and_then(|v| v.iter().find(|v| v.name == mount.name))
                 .ok_or_else(|| ConfigError(format!("volume {:?} is not declared", mount.name)))?;
-            let mut host = match &volume.host_path {
-                Some(host) => PathBuf::from(&host.path),
-                None => self.volume_dir(&volume.name),
+            let mut host = match (&volume.host_path, self.claims.get(&volume.name)) {
+                (Some(host), _) => PathBuf::from(&host.path),
+                (None, Some(claimed)) => claimed.clone(),
+                (None, None) => self.volume_dir(&volume.name),
             };
+            let claim_read_only = volume
+                .persistent_volume_claim
+                .as_ref()
+                .and_then(|c| c.read_only)
+                .unwrap_or(false);
             if let Some(sub) = mount.sub_path.as_deref().filter(|s| !s.is_empty()) {
                 if Path::new(sub)
                     .components()
@@ -311,7 +329,7 @@ impl PodVolumes {
             mounts.push(api::Mount {
                 container_path: mount.mount_path.clone(),
                 host_path: host.display().to_string(),
-                readonly: mount.read_only.unwrap_or(false),
+                readonly: mount.read_only.unwrap_or(false) || claim_read_only,
                 ..Default::default()
             });
         }
@@ -406,7 +424,7 @@ impl PodVolumes {
     }
 }
 
-fn check_host_path(path: &Path, kind: &str) -> Result<(), ConfigError> {
+pub(super) fn check_host_path(path: &Path, kind: &str) -> Result<(), ConfigError> {
     let fail = |what: &str| {
         Err(ConfigError(format!(
             "hostPath type check failed: {} is not a {what}",

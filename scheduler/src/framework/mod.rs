@@ -92,6 +92,12 @@ pub enum ClusterEvent {
     AssignedPodAdded,
     AssignedPodChanged,
     AssignedPodDeleted,
+    /// A PersistentVolumeClaim was added or changed.
+    ClaimChanged,
+    /// A PersistentVolume was added or changed.
+    VolumeChanged,
+    /// A StorageClass was added.
+    StorageClassAdded,
 }
 
 /// A plugin's per-cycle data: anything clonable (preemption and nominated pods work on a
@@ -174,6 +180,29 @@ pub struct Ctx<'a> {
     pub pod: &'a PodInfo,
     pub snapshot: &'a Snapshot,
     pub namespace_labels: &'a NamespaceLabels,
+    /// Claims, volumes and classes (VolumeBinding).
+    pub volumes: &'a crate::volumes::Volumes,
+}
+
+/// A write the binding cycle makes before binding the pod (PreBind), as a Reserve plugin
+/// planned it for the chosen node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PreBindAction {
+    /// Binds the free volume `volume` to the claim (its `claimRef`; the PV binder finishes).
+    BindVolume {
+        volume: String,
+        namespace: String,
+        claim: String,
+        uid: String,
+    },
+    /// Annotates the claim with the chosen node, for its volume to be provisioned there.
+    SelectNode {
+        namespace: String,
+        claim: String,
+        node: String,
+    },
+    /// Waits until the claim is bound.
+    WaitBound { namespace: String, claim: String },
 }
 
 /// A scheduling plugin. Every point has a default that takes no part; a plugin overrides
@@ -215,6 +244,20 @@ pub trait Plugin: Send + Sync {
     fn score(&self, _state: &CycleState, _ctx: &Ctx, _node: &NodeInfo) -> i64 {
         0
     }
+
+    /// Reserve: what must be written before the pod is bound to `node` (PreBind), with
+    /// whatever the plugin promises meanwhile (undone by [`Plugin::unreserve`]).
+    fn reserve(
+        &self,
+        _state: &CycleState,
+        _ctx: &Ctx,
+        _node: &NodeInfo,
+    ) -> Result<Vec<PreBindAction>, Status> {
+        Ok(Vec::new())
+    }
+
+    /// Undoes [`Plugin::reserve`]'s promises for the pod (its binding ended, either way).
+    fn unreserve(&self, _ctx: &Ctx) {}
 
     /// Brings `scores` (one per node of `nodes`, the feasible ones) to 0..=100.
     fn normalize(

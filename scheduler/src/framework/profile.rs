@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use super::{ClusterEvent, Ctx, CycleState, Plugin, Point, Status};
+use super::{ClusterEvent, Ctx, CycleState, Plugin, Point, PreBindAction, Status};
 use crate::node_info::NodeInfo;
 
 /// The plugins of one scheduler name.
@@ -126,6 +126,33 @@ impl Profile {
             if !state.skip_filter.contains(plugin.name()) {
                 plugin.remove_pod(state, ctx, pod, node);
             }
+        }
+    }
+
+    /// Reserve on the chosen node: every plugin's PreBind writes, or the first failure.
+    pub fn reserve(
+        &self,
+        state: &CycleState,
+        ctx: &Ctx,
+        node: &NodeInfo,
+    ) -> Result<Vec<PreBindAction>, Status> {
+        let mut actions = Vec::new();
+        for plugin in self.at(Point::Reserve) {
+            match plugin.reserve(state, ctx, node) {
+                Ok(more) => actions.extend(more),
+                Err(status) => {
+                    self.unreserve(ctx);
+                    return Err(status.with_plugin(plugin.name()));
+                }
+            }
+        }
+        Ok(actions)
+    }
+
+    /// Unreserve: every Reserve plugin forgets its promises for the pod.
+    pub fn unreserve(&self, ctx: &Ctx) {
+        for plugin in self.at(Point::Reserve) {
+            plugin.unreserve(ctx);
         }
     }
 

@@ -5,6 +5,7 @@ pub mod inter_pod_affinity;
 pub mod resources_fit;
 pub mod simple;
 pub mod topology_spread;
+pub mod volume_binding;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,6 +25,7 @@ pub const DEFAULTS: &[(&str, i64)] = &[
     ("NodeAffinity", 2),
     ("NodePorts", 0),
     ("NodeResourcesFit", 1),
+    ("VolumeBinding", 0),
     ("PodTopologySpread", 2),
     ("InterPodAffinity", 2),
     ("DefaultPreemption", 0),
@@ -91,6 +93,7 @@ fn build(name: &str, args: &Value, profile: &str) -> Result<Arc<dyn Plugin>, Con
             })
         }
         "ImageLocality" => Arc::new(ImageLocality),
+        "VolumeBinding" => Arc::new(volume_binding::VolumeBinding),
         "DefaultPreemption" => Arc::new(DefaultPreemption),
         "DefaultBinder" => Arc::new(DefaultBinder),
         other => {
@@ -265,6 +268,7 @@ mod tests {
                 "NodeAffinity",
                 "NodePorts",
                 "NodeResourcesFit",
+                "VolumeBinding",
                 "PodTopologySpread",
                 "InterPodAffinity"
             ]

@@ -45,6 +45,7 @@ impl Harness {
             fake.clone(),
             Arc::new(|_: &str| BTreeMap::new()),
             Arc::new(move || listed.lock().expect("budgets").clone()),
+            Arc::default(),
             Timings {
                 initial_backoff: Duration::from_millis(1),
                 max_backoff: Duration::from_millis(1),

@@ -1,6 +1,8 @@
 //! Which objects each node's pods use: for every pod bound to a node, the Secrets, ConfigMaps,
 //! PersistentVolumeClaims and ServiceAccount it names (volumes, projected sources, env and
-//! envFrom of every container, image pull secrets). Followed from the store's pods.
+//! envFrom of every container, image pull secrets), and through its claims the
+//! PersistentVolumes they are bound to. Followed from the store's pods, claims and volumes;
+//! volumes also remember the node their required affinity pins them to (local volumes).
 
 use std::collections::{HashMap, HashSet};
 
@@ -10,6 +12,10 @@ use crate::authz::follow::Follows;
 
 /// Where pods are stored.
 pub const PODS: &str = "/registry/pods/";
+/// Where claims are stored.
+pub const CLAIMS: &str = "/registry/persistentvolumeclaims/";
+/// Where volumes are stored.
+pub const VOLUMES: &str = "/registry/persistentvolumes/";
 
 /// What a node's pod may make the node read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -33,6 +39,28 @@ struct PodUses {
 pub struct NodeGraph {
     pods: HashMap<String, PodUses>,
     by_node: HashMap<String, HashSet<String>>,
+    /// `namespace/name` of each claim → the volume it is bound to.
+    claims: HashMap<String, String>,
+    /// Each volume → the nodes its required affinity names by hostname (empty: none).
+    volumes: HashMap<String, Vec<String>>,
+}
+
+/// The hostnames a volume's required node affinity names (`kubernetes.io/hostname In …`).
+fn pinned_nodes(volume: &serde_json::Value) -> Vec<String> {
+    let terms = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"].as_array();
+    terms
+        .into_iter()
+        .flatten()
+        .flat_map(|term| term["matchExpressions"].as_array().into_iter().flatten())
+        .filter(|r| r["key"] == "kubernetes.io/hostname" && r["operator"] == "In")
+        .flat_map(|r| r["values"].as_array().into_iter().flatten())
+        .filter_map(|v| v.as_str().map(String::from))
+        .collect()
+}
+
+/// The part of a key after `prefix`.
+fn rest<'a>(key: &'a str, prefix: &str) -> Option<&'a str> {
+    key.strip_prefix(prefix)
 }
 
 fn container_uses(container: &Container, uses: &mut HashSet<(Used, String)>) {
@@ -116,6 +144,20 @@ impl NodeGraph {
     }
 
     fn insert(&mut self, key: &str, value: &serde_json::Value) {
+        if let Some(name) = rest(key, CLAIMS) {
+            match value["spec"]["volumeName"]
+                .as_str()
+                .filter(|v| !v.is_empty())
+            {
+                Some(volume) => self.claims.insert(name.to_string(), volume.to_string()),
+                None => self.claims.remove(name),
+            };
+            return;
+        }
+        if let Some(name) = rest(key, VOLUMES) {
+            self.volumes.insert(name.to_string(), pinned_nodes(value));
+            return;
+        }
         self.remove(key);
         let Ok(pod) = <Pod as serde::Deserialize>::deserialize(value) else {
             return;
@@ -153,6 +195,25 @@ impl NodeGraph {
             .any(|pod| pod.namespace == namespace && pod.uses.contains(&wanted))
     }
 
+    /// Whether the kubelet of `node` may read the volume `name`: one bound to a claim its
+    /// pods use, one pinned to it by node affinity (its local volumes), or one that does not
+    /// exist (so that the kubelet learns a local volume is gone from a 404).
+    pub fn may_read_volume(&self, node: &str, name: &str) -> bool {
+        let Some(pinned) = self.volumes.get(name) else {
+            return true;
+        };
+        pinned.iter().any(|n| n == node)
+            || self.pods_of(node).any(|pod| {
+                pod.uses.iter().any(|(what, claim)| {
+                    *what == Used::Claim
+                        && self
+                            .claims
+                            .get(&format!("{}/{claim}", pod.namespace))
+                            .is_some_and(|volume| volume == name)
+                })
+            })
+    }
+
     /// Whether the pod `namespace`/`name` is bound to `node`.
     pub fn runs(&self, node: &str, namespace: &str, name: &str) -> bool {
         self.pods_of(node)
@@ -162,9 +223,14 @@ impl NodeGraph {
 
 impl Follows for NodeGraph {
     fn clear(&mut self, prefix: &str) {
-        if prefix == PODS {
-            self.pods.clear();
-            self.by_node.clear();
+        match prefix {
+            PODS => {
+                self.pods.clear();
+                self.by_node.clear();
+            }
+            CLAIMS => self.claims.clear(),
+            VOLUMES => self.volumes.clear(),
+            _ => {}
         }
     }
 
@@ -175,7 +241,15 @@ impl Follows for NodeGraph {
         for (key, value) in changes {
             match value {
                 Some(value) => self.insert(key, value),
-                None => self.remove(key),
+                None => {
+                    if let Some(name) = rest(key, CLAIMS) {
+                        self.claims.remove(name);
+                    } else if let Some(name) = rest(key, VOLUMES) {
+                        self.volumes.remove(name);
+                    } else {
+                        self.remove(key);
+                    }
+                }
             }
         }
     }
@@ -233,5 +307,51 @@ mod tests {
         assert!(!graph.uses("n1", "a", Used::Secret, "pull"));
         graph.apply_all([("/registry/pods/a/web", None)]);
         assert!(!graph.runs("n1", "a", "web"));
+    }
+
+    #[test]
+    fn a_node_reads_the_volumes_of_its_pods_claims_and_its_local_volumes() {
+        let pod = json!({"metadata": {"name": "db", "namespace": "a"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}],
+                "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "data"}}]}});
+        let claim = json!({"metadata": {"name": "data", "namespace": "a"},
+            "spec": {"volumeName": "pv-data"}});
+        let shared = json!({"metadata": {"name": "pv-data"}, "spec": {}});
+        let local = json!({"metadata": {"name": "pvc-1"}, "spec": {"nodeAffinity": {"required": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n2"]}]}]}}}});
+        let mut graph = NodeGraph::default();
+        graph.apply_all([
+            ("/registry/pods/a/db", Some(&pod)),
+            ("/registry/persistentvolumeclaims/a/data", Some(&claim)),
+            ("/registry/persistentvolumes/pv-data", Some(&shared)),
+            ("/registry/persistentvolumes/pvc-1", Some(&local)),
+        ]);
+        assert!(
+            graph.may_read_volume("n1", "pv-data"),
+            "its pod's claim's volume"
+        );
+        assert!(
+            !graph.may_read_volume("n2", "pv-data"),
+            "another node's pod's volume"
+        );
+        assert!(graph.may_read_volume("n2", "pvc-1"), "its local volume");
+        assert!(
+            !graph.may_read_volume("n1", "pvc-1"),
+            "another node's local volume"
+        );
+        assert!(
+            graph.may_read_volume("n1", "pvc-gone"),
+            "a missing volume answers 404"
+        );
+        // The claim unbound, then the pod gone: no more access.
+        let unbound = json!({"metadata": {"name": "data", "namespace": "a"}, "spec": {}});
+        graph.apply_all([("/registry/persistentvolumeclaims/a/data", Some(&unbound))]);
+        assert!(!graph.may_read_volume("n1", "pv-data"));
+        graph.apply_all([
+            ("/registry/persistentvolumeclaims/a/data", Some(&claim)),
+            ("/registry/pods/a/db", None),
+        ]);
+        assert!(!graph.may_read_volume("n1", "pv-data"));
     }
 }

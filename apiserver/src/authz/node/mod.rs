@@ -1,6 +1,7 @@
 //! The Node authorizer, as upstream's: a kubelet (`system:node:<name>` in `system:nodes`) may
 //! read the Secrets, ConfigMaps, PersistentVolumeClaims and ServiceAccounts (and request tokens
-//! for them) only of pods bound to its node (graph.rs), update the status only of those pods,
+//! for them) only of pods bound to its node, and the PersistentVolumes of those claims or
+//! pinned to its node (graph.rs), update the status only of those pods,
 //! and modify only its own Node and Lease; plus what every kubelet needs (read nodes, pods,
 //! services, endpoints; write events; review tokens and access; create and read
 //! CertificateSigningRequests). Anything else it leaves to the next authorizer. NodeRestriction (restriction.rs) checks what the authorizer cannot see in a
@@ -17,7 +18,7 @@ use tokio_util::task::TaskTracker;
 
 use super::follow::Followed;
 use super::{Attributes, Authorizer, Decision};
-use graph::{NodeGraph, Used, PODS};
+use graph::{NodeGraph, Used, CLAIMS, PODS, VOLUMES};
 
 /// The group of every kubelet.
 pub const NODES_GROUP: &str = "system:nodes";
@@ -45,7 +46,8 @@ impl NodeAuthorizer {
         tasks: &TaskTracker,
         shutdown: CancellationToken,
     ) -> rudder_storage::Result<Self> {
-        let graph = Followed::start(storage, values, &[PODS], tasks, shutdown).await?;
+        let graph =
+            Followed::start(storage, values, &[PODS, CLAIMS, VOLUMES], tasks, shutdown).await?;
         Ok(Self { graph })
     }
 
@@ -68,6 +70,9 @@ impl NodeAuthorizer {
             ("", "secrets", "") => used(Used::Secret),
             ("", "configmaps", "") => used(Used::ConfigMap),
             ("", "persistentvolumeclaims", "") => used(Used::Claim),
+            ("", "persistentvolumes", "") => {
+                verb == "get" && self.graph.read(|graph| graph.may_read_volume(node, name))
+            }
             ("", "serviceaccounts", "") => used(Used::ServiceAccount),
             ("", "serviceaccounts", "token") => {
                 verb == "create"

@@ -197,6 +197,7 @@ fn own_cluster_roles() -> Vec<Value> {
                         "serviceaccounts",
                         "configmaps",
                         "persistentvolumeclaims",
+                        "persistentvolumes",
                         "serviceaccounts/token",
                         "pods/eviction",
                         "pods/binding",
