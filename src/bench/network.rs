@@ -231,7 +231,7 @@ pub async fn run(args: NetworkBenchArgs) -> Result<()> {
         tokio::spawn(proxy::run(
             proxy_config.clone(),
             watched.clone(),
-            kernel.clone(),
+            proxy::Backend::Nftables(kernel.clone()),
             metrics.clone(),
             proxy_stop.clone(),
         ));
