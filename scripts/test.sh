@@ -7,9 +7,9 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 rudder_install_packages protobuf-compiler etcd-server etcd-client postgresql-client python3 python3-pip
-# Service networking tests (network/tests, tests/tests/network.rs) program nftables inside
-# network namespaces of their own (iproute2, nsenter from util-linux).
-rudder_install_packages nftables iproute2 util-linux
+# Service networking tests (network/tests, tests/tests/network.rs) program nftables and
+# iptables inside network namespaces of their own (iproute2, nsenter from util-linux).
+rudder_install_packages nftables iptables iproute2 util-linux
 # The python client test (tests/tests/kubectl_apply.rs) needs the `kubernetes` package.
 rudder_install_python_packages kubernetes
 rudder_make_disk_room

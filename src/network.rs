@@ -24,9 +24,13 @@ pub struct NetworkArgs {
     /// The cluster's DNS domain.
     #[arg(long, default_value = "cluster.local")]
     pub cluster_domain: String,
-    /// Do not route Services on this node (no nftables rules).
+    /// Do not route Services on this node (no nftables or iptables rules).
     #[arg(long)]
     pub disable_kube_proxy: bool,
+    /// How Services are routed: `nftables`, `iptables`, or `auto` (nftables when `nft` works
+    /// here, else iptables).
+    #[arg(long, default_value = "auto", value_parser = proxy_mode())]
+    pub proxy_mode: rudder_network::proxy::ProxyMode,
     /// Do not serve cluster DNS on this node's address.
     #[arg(long)]
     pub disable_cluster_dns: bool,
@@ -34,6 +38,13 @@ pub struct NetworkArgs {
     /// kube-proxy's `--metrics-bind-address`; empty serves none.
     #[arg(long, default_value = "127.0.0.1:10249", value_parser = optional_address)]
     pub proxy_metrics_bind_address: std::option::Option<SocketAddr>,
+}
+
+/// `--proxy-mode`'s values, listed in `--help`.
+fn proxy_mode() -> impl clap::builder::TypedValueParser<Value = rudder_network::proxy::ProxyMode> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(["auto", "nftables", "iptables"])
+        .map(|mode| mode.parse().unwrap_or_default())
 }
 
 fn optional_address(text: &str) -> Result<Option<SocketAddr>, String> {
@@ -59,6 +70,7 @@ impl NetworkArgs {
             upstreams: rudder_network::dns::resolv_conf_upstreams(
                 &std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
             ),
+            proxy_mode: self.proxy_mode,
             table: TABLE.into(),
             metrics_address: self.proxy_metrics_bind_address,
         }
@@ -99,10 +111,27 @@ pub async fn start(
     Ok((running, labels, cluster_dns))
 }
 
-/// `rudder agent --cleanup`: deletes the proxy's table (nothing else) and returns.
+/// `rudder agent --cleanup`: deletes the proxy's nftables table and its iptables chains
+/// (nothing else), with whichever of the two programs is here, and returns.
 pub async fn cleanup() -> Result<()> {
     let nft = rudder_network::proxy::nft::Cli::default();
-    rudder_network::proxy::cleanup(&nft, TABLE).await?;
-    println!("deleted the nftables table ip {TABLE}");
+    let ipt = rudder_network::proxy::iptables::Cli::default();
+    let (has_nft, has_ipt) = (nft.available().await, ipt.available().await);
+    if !has_nft && !has_ipt {
+        anyhow::bail!(
+            "neither nft nor iptables can change this network namespace's rules (run as root)"
+        );
+    }
+    if has_nft {
+        rudder_network::proxy::cleanup(&nft, TABLE).await?;
+        println!("deleted the nftables table ip {TABLE}");
+    }
+    if has_ipt {
+        if rudder_network::proxy::iptables::cleanup(&ipt).await? {
+            println!("deleted the iptables chains RUDDER-* and the jumps into them");
+        } else {
+            println!("no iptables chains RUDDER-* to delete");
+        }
+    }
     Ok(())
 }

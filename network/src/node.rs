@@ -1,6 +1,6 @@
-//! A node's service networking as the agent runs it: the shared watch, the proxy (when
-//! `nft` can program this network namespace) and the DNS server on the node's address (when
-//! it can bind port 53 there). [`start`] returns once both have started or been left out, so
+//! A node's service networking as the agent runs it: the shared watch, the proxy (in the
+//! mode asked for — nftables, or iptables where `nft` cannot program this network
+//! namespace) and the DNS server on the node's address (when it can bind port 53 there). [`start`] returns once both have started or been left out, so
 //! the agent can label its Node as a DNS server before registering it.
 
 use std::net::{IpAddr, SocketAddr};
@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::proxy::nft::{Cli, Nft};
+use crate::proxy::{iptables, nft, Backend, ProxyMode};
 use crate::{dns, proxy, watch};
 
 /// What the agent asked for.
@@ -25,6 +25,8 @@ pub struct NodeNetwork {
     pub dns_port: u16,
     /// Where names outside the cluster go (the node's resolvers).
     pub upstreams: Vec<SocketAddr>,
+    /// nftables, iptables, or whichever works (nftables first).
+    pub proxy_mode: ProxyMode,
     /// The nftables table.
     pub table: String,
     /// Where the proxy's metrics are served (none: not served).
@@ -46,7 +48,27 @@ pub async fn start(
     client: kube::Client,
     shutdown: CancellationToken,
 ) -> anyhow::Result<Running> {
-    let metrics = Arc::new(proxy::Metrics::default());
+    let backend = if config.proxy {
+        match Backend::choose(
+            config.proxy_mode,
+            nft::Cli::default(),
+            iptables::Cli::default(),
+        )
+        .await
+        {
+            Ok(backend) => Some(backend),
+            Err(why) => {
+                tracing::warn!("{why}: Services are not routed on this node");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let metrics = Arc::new(match &backend {
+        Some(backend) => proxy::Metrics::for_backend(backend),
+        None => proxy::Metrics::default(),
+    });
     if !config.proxy && !config.dns {
         return Ok(Running {
             dns: None,
@@ -55,37 +77,31 @@ pub async fn start(
         });
     }
     let watched = watch(client, shutdown.clone());
-    let mut proxying = false;
-    if config.proxy {
-        let nft = Cli::default();
-        if nft.available().await {
-            let mut proxy_config =
-                proxy::Config::new(&config.node_name, config.cluster_cidrs.clone());
-            proxy_config.rules.table = config.table.clone();
-            let nft: Arc<dyn Nft> = Arc::new(nft);
-            tracing::debug!("starting the service proxy");
-            tokio::spawn(proxy::run(
-                proxy_config,
-                watched.clone(),
-                nft,
-                metrics.clone(),
-                shutdown.clone(),
-            ));
-            proxying = true;
-            if let Some(address) = config.metrics_address {
-                match crate::metrics_server::serve(address, metrics.clone(), shutdown.clone()).await
-                {
-                    Ok(bound) => tracing::info!(%bound, "service proxy metrics serving"),
-                    Err(error) => {
-                        tracing::warn!(%error, %address, "the service proxy's metrics are not served")
-                    }
+    let proxying = backend.is_some();
+    if let Some(backend) = backend {
+        tracing::info!(
+            asked = config.proxy_mode.as_str(),
+            "service proxy mode: {}",
+            backend.name()
+        );
+        remove_other_modes_rules(&backend, &config.table).await;
+        let mut proxy_config = proxy::Config::new(&config.node_name, config.cluster_cidrs.clone());
+        proxy_config.rules.table = config.table.clone();
+        tracing::debug!("starting the service proxy");
+        tokio::spawn(proxy::run(
+            proxy_config,
+            watched.clone(),
+            backend,
+            metrics.clone(),
+            shutdown.clone(),
+        ));
+        if let Some(address) = config.metrics_address {
+            match crate::metrics_server::serve(address, metrics.clone(), shutdown.clone()).await {
+                Ok(bound) => tracing::info!(%bound, "service proxy metrics serving"),
+                Err(error) => {
+                    tracing::warn!(%error, %address, "the service proxy's metrics are not served")
                 }
             }
-        } else {
-            tracing::warn!(
-                "nftables is missing or may not be changed here (install the nftables package, \
-                 run as root): Services are not routed on this node"
-            );
         }
     }
     let mut dns_address = None;
@@ -123,4 +139,30 @@ pub async fn start(
         proxy: proxying,
         metrics,
     })
+}
+
+/// Rules the other mode left (an earlier run in it) would route Services too, and wrongly
+/// once they go stale: removed, as upstream's kube-proxy does at start, when that mode's
+/// program is here.
+async fn remove_other_modes_rules(chosen: &Backend, table: &str) {
+    let removed = match chosen {
+        Backend::Nftables(_) => {
+            let ipt = iptables::Cli::default();
+            if !ipt.available().await {
+                return;
+            }
+            iptables::cleanup(&ipt).await.map(|_| "iptables chains")
+        }
+        Backend::Iptables(_) => {
+            let nft = nft::Cli::default();
+            if !nft.available().await {
+                return;
+            }
+            proxy::cleanup(&nft, table).await.map(|()| "nftables table")
+        }
+    };
+    match removed {
+        Ok(what) => tracing::debug!("removed any {what} of the other proxy mode"),
+        Err(error) => tracing::warn!(%error, "removing the other proxy mode's rules failed"),
+    }
 }

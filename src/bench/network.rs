@@ -6,13 +6,17 @@
 //!   random Service's EndpointSlice is changed `--changes` times; the time from the API write
 //!   to the transaction holding it being in the kernel is reported as p50/p99, with the
 //!   proxy's own sync time. The reference, measured in the same run at the same size, is what
-//!   a proxy that rewrites its whole rule set per change pays (as upstream's iptables mode
-//!   does): the whole table written by `nft -f`. Upstream's nftables mode is built to stay
-//!   flat as Services grow; the ratios show whether Rudder's does.
+//!   a proxy that rewrites its whole rule set per change pays: the whole table written by
+//!   `nft -f`. Upstream's nftables mode is built to stay flat as Services grow; the ratios
+//!   show whether Rudder's does.
+//! - **iptables mode**, beside it at each size (unless `--skip-iptables`): the same proxy in
+//!   iptables mode (chains written by `iptables-restore --noflush`, changed chains only) in
+//!   the same namespace, programmed from nothing and then timed over the same kind of
+//!   changes. Upstream's iptables mode grows linearly with the Services.
 //! - **DNS**: queries per second for Service names against the agent's DNS server built from
 //!   the same Services, from a UDP load generator in the same process.
 //!
-//! Needs root (network namespaces, nftables).
+//! Needs root (network namespaces, nftables, iptables).
 
 use std::process::Command;
 use std::sync::atomic::Ordering;
@@ -44,6 +48,9 @@ pub struct NetworkBenchArgs {
     /// Concurrent API writes while growing the Services.
     #[arg(long, default_value_t = 32)]
     clients: usize,
+    /// Leave the iptables mode out.
+    #[arg(long)]
+    skip_iptables: bool,
     /// How long the DNS load runs, in seconds.
     #[arg(long, default_value_t = 5)]
     dns_seconds: u64,
@@ -85,6 +92,12 @@ fn nft() -> Cli {
         command: ["ip", "netns", "exec", NETNS, "nft"]
             .map(String::from)
             .to_vec(),
+    }
+}
+
+fn iptables() -> proxy::iptables::Cli {
+    proxy::iptables::Cli {
+        prefix: ["ip", "netns", "exec", NETNS].map(String::from).to_vec(),
     }
 }
 
@@ -157,6 +170,55 @@ async fn settle(watched: &rudder_network::Watched, metrics: &Metrics, ports: usi
     }
 }
 
+/// The iptables mode's table, beside the nftables mode's figures.
+fn print_iptables(rows: &[Row], changes: usize) {
+    let measured: Vec<(&Row, &Measured)> = rows
+        .iter()
+        .filter_map(|row| row.iptables.as_ref().map(|m| (row, m)))
+        .collect();
+    if measured.is_empty() {
+        return;
+    }
+    let mut table = Table::new();
+    table.load_preset(presets::UTF8_FULL_CONDENSED).set_header([
+        "Services",
+        "EndpointSlice write → rules p50",
+        "p99",
+        "proxy sync p50",
+        "programmed from nothing",
+        "p50 / nftables p50",
+    ]);
+    for (row, m) in &measured {
+        let p50 = percentile(&m.latencies, 0.5);
+        table.add_row([
+            row.services.to_string(),
+            ms(p50),
+            ms(percentile(&m.latencies, 0.99)),
+            ms(percentile(&m.syncs, 0.5)),
+            ms(m.from_nothing),
+            format!(
+                "{:.1}×",
+                p50.as_secs_f64() / row.p50.as_secs_f64().max(1e-6)
+            ),
+        ]);
+    }
+    println!(
+        "the same in iptables mode ({changes} changes per size, iptables-restore --noflush in the same namespace):"
+    );
+    println!("{table}");
+    if let (Some((first_row, first)), Some((last_row, last))) = (measured.first(), measured.last())
+    {
+        println!(
+            "growth from {} to {} Services: change→rules p50 {:.2}×, from nothing {:.1}×",
+            first_row.services,
+            last_row.services,
+            percentile(&last.latencies, 0.5).as_secs_f64()
+                / percentile(&first.latencies, 0.5).as_secs_f64().max(1e-6),
+            last.from_nothing.as_secs_f64() / first.from_nothing.as_secs_f64().max(1e-6),
+        );
+    }
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -177,6 +239,102 @@ struct Row {
     full: Duration,
     /// The in-memory part of a sync (model, rule set, diff).
     compute: Duration,
+    iptables: Option<Measured>,
+}
+
+/// One proxy's figures at one size.
+struct Measured {
+    /// From its start to every Service programmed (its first, whole sync).
+    from_nothing: Duration,
+    /// EndpointSlice write → rules in the kernel, sorted.
+    latencies: Vec<Duration>,
+    /// The proxy's own sync time per change, sorted.
+    syncs: Vec<Duration>,
+}
+
+/// Where a measurement runs.
+struct Bench<'a> {
+    config: &'a proxy::Config,
+    watched: &'a rudder_network::Watched,
+    slices: &'a Api<EndpointSlice>,
+    stop: &'a CancellationToken,
+    /// Slices there besides the bench's (the bootstrap Services').
+    base: usize,
+    changes: usize,
+}
+
+impl Bench<'_> {
+    /// A proxy of its own on `backend`, started once the Services are there (as an agent
+    /// restarting on a big cluster would, so growing them does not race its syncs), then
+    /// `changes` random EndpointSlice replacements (`salt` keeps their endpoints new).
+    async fn measure(&self, backend: proxy::Backend, size: usize, salt: usize) -> Result<Measured> {
+        let mode = backend.name();
+        let metrics = Arc::new(Metrics::for_backend(&backend));
+        let proxy_stop = self.stop.child_token();
+        tokio::spawn(proxy::run(
+            self.config.clone(),
+            self.watched.clone(),
+            backend,
+            metrics.clone(),
+            proxy_stop.clone(),
+        ));
+        let started = Instant::now();
+        settle(self.watched, &metrics, self.base + size).await?;
+        let from_nothing = started.elapsed();
+        eprintln!(
+            "the proxy ({mode}) programmed {size} Services from nothing in {:.1} s",
+            from_nothing.as_secs_f64()
+        );
+        let mut latencies = Vec::with_capacity(self.changes);
+        let mut syncs = Vec::with_capacity(self.changes);
+        for change in 0..self.changes {
+            let index = rand::random_range(0..size);
+            let name = format!("svc-{index}-x");
+            let mut updated = slice(index, size * 1000 + salt + change + 1)?;
+            let current = self.slices.get(&name).await?;
+            updated.metadata.resource_version = current.metadata.resource_version.clone();
+            let t0 = Instant::now();
+            let written = self
+                .slices
+                .replace(&name, &PostParams::default(), &updated)
+                .await?;
+            let version = written.metadata.resource_version.clone();
+            // Seen by the proxy's watch…
+            let generation = loop {
+                let seen = self
+                    .watched
+                    .slices
+                    .get(&kube::runtime::reflector::ObjectRef::new(&name).within(NAMESPACE))
+                    .is_some_and(|s| s.metadata.resource_version == version);
+                if seen {
+                    break *self.watched.changes.borrow();
+                }
+                if t0.elapsed() > Duration::from_secs(60) {
+                    bail!("the proxy's watch never saw {name} at {version:?}");
+                }
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            };
+            // …and in the kernel.
+            while metrics.applied_generation.load(Ordering::Acquire) < generation {
+                if t0.elapsed() > Duration::from_secs(60) {
+                    bail!("the proxy ({mode}) never programmed {name}");
+                }
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            }
+            latencies.push(t0.elapsed());
+            syncs.push(Duration::from_micros(
+                metrics.last_sync_micros.load(Ordering::Acquire),
+            ));
+        }
+        proxy_stop.cancel();
+        latencies.sort();
+        syncs.sort();
+        Ok(Measured {
+            from_nothing,
+            latencies,
+            syncs,
+        })
+    }
 }
 
 pub async fn run(args: NetworkBenchArgs) -> Result<()> {
@@ -185,6 +343,14 @@ pub async fn run(args: NetworkBenchArgs) -> Result<()> {
     if !nft.available().await {
         bail!("nft cannot program the bench's network namespace (install nftables; run as root)");
     }
+    let ipt = iptables();
+    if !args.skip_iptables && !ipt.available().await {
+        bail!(
+            "iptables cannot program the bench's network namespace (install iptables; run as \
+             root; or --skip-iptables)"
+        );
+    }
+    let ipt: Arc<dyn proxy::iptables::Iptables> = Arc::new(ipt);
     let dir = tempfile::tempdir()?;
     let url = format!("sqlite://{}", dir.path().join("bench.db").display());
     let store = rudder_storage::open(&url)
@@ -224,64 +390,17 @@ pub async fn run(args: NetworkBenchArgs) -> Result<()> {
             );
             have = size;
         }
-        // A proxy of its own per size, started once the Services are there (as an agent
-        // restarting on a big cluster would), so growing them does not race its syncs.
-        let metrics = Arc::new(Metrics::default());
-        let proxy_stop = stop.child_token();
-        tokio::spawn(proxy::run(
-            proxy_config.clone(),
-            watched.clone(),
-            kernel.clone(),
-            metrics.clone(),
-            proxy_stop.clone(),
-        ));
-        let started = Instant::now();
-        settle(&watched, &metrics, base + size).await?;
-        eprintln!(
-            "the proxy programmed {size} Services from nothing in {:.1} s",
-            started.elapsed().as_secs_f64()
-        );
-        let mut latencies = Vec::with_capacity(args.changes);
-        let mut syncs = Vec::with_capacity(args.changes);
-        for change in 0..args.changes {
-            let index = rand::random_range(0..size);
-            let name = format!("svc-{index}-x");
-            let mut updated = slice(index, size * 1000 + change + 1)?;
-            let current = slices_api.get(&name).await?;
-            updated.metadata.resource_version = current.metadata.resource_version.clone();
-            let t0 = Instant::now();
-            let written = slices_api
-                .replace(&name, &PostParams::default(), &updated)
-                .await?;
-            let version = written.metadata.resource_version.clone();
-            // Seen by the proxy's watch…
-            let generation = loop {
-                let seen = watched
-                    .slices
-                    .get(&kube::runtime::reflector::ObjectRef::new(&name).within(NAMESPACE))
-                    .is_some_and(|s| s.metadata.resource_version == version);
-                if seen {
-                    break *watched.changes.borrow();
-                }
-                if t0.elapsed() > Duration::from_secs(60) {
-                    bail!("the proxy's watch never saw {name} at {version:?}");
-                }
-                tokio::time::sleep(Duration::from_micros(200)).await;
-            };
-            // …and in the kernel.
-            while metrics.applied_generation.load(Ordering::Acquire) < generation {
-                if t0.elapsed() > Duration::from_secs(60) {
-                    bail!("the proxy never programmed {name}");
-                }
-                tokio::time::sleep(Duration::from_micros(200)).await;
-            }
-            latencies.push(t0.elapsed());
-            syncs.push(Duration::from_micros(
-                metrics.last_sync_micros.load(Ordering::Acquire),
-            ));
-        }
-        latencies.sort();
-        syncs.sort();
+        let bench = Bench {
+            config: &proxy_config,
+            watched: &watched,
+            slices: &slices_api,
+            stop: &stop,
+            base,
+            changes: args.changes,
+        };
+        let nftables = bench
+            .measure(proxy::Backend::Nftables(kernel.clone()), size, 0)
+            .await?;
         // What a sync spends in memory: the model and rule set rebuilt, diffed against the last.
         let computing = Instant::now();
         let ports = proxy::model::service_ports(
@@ -295,7 +414,6 @@ pub async fn run(args: NetworkBenchArgs) -> Result<()> {
         let compute = computing.elapsed();
         // The reference: the whole table written per change.
         let script = ruleset::full(&skeleton, &desired);
-        proxy_stop.cancel();
         let mut fulls = Vec::new();
         let runs = if size >= 5000 { 1 } else { 3 };
         for _ in 0..runs {
@@ -304,13 +422,25 @@ pub async fn run(args: NetworkBenchArgs) -> Result<()> {
             fulls.push(started.elapsed());
         }
         fulls.sort();
+        // The iptables mode alone in the namespace, then gone before the next size.
+        proxy::cleanup(&*kernel, &proxy_config.rules.table).await?;
+        let iptables = if args.skip_iptables {
+            None
+        } else {
+            let measured = bench
+                .measure(proxy::Backend::Iptables(ipt.clone()), size, args.changes)
+                .await?;
+            proxy::iptables::cleanup(&*ipt).await?;
+            Some(measured)
+        };
         rows.push(Row {
             services: size,
-            p50: percentile(&latencies, 0.5),
-            p99: percentile(&latencies, 0.99),
-            sync_p50: percentile(&syncs, 0.5),
+            p50: percentile(&nftables.latencies, 0.5),
+            p99: percentile(&nftables.latencies, 0.99),
+            sync_p50: percentile(&nftables.syncs, 0.5),
             full: fulls[fulls.len() / 2],
             compute,
+            iptables,
         });
     }
 
@@ -321,7 +451,7 @@ pub async fn run(args: NetworkBenchArgs) -> Result<()> {
         "p99",
         "proxy sync p50",
         "of it in memory",
-        "whole-table rewrite (iptables-mode-like)",
+        "whole-table rewrite",
         "rewrite / sync",
     ]);
     for row in &rows {
@@ -352,6 +482,8 @@ pub async fn run(args: NetworkBenchArgs) -> Result<()> {
             last.full.as_secs_f64() / first.full.as_secs_f64().max(1e-6),
         );
     }
+
+    print_iptables(&rows, args.changes);
 
     // DNS over the same Services.
     let mut dns_config = rudder_network::dns::Config::new(

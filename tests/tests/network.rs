@@ -3,8 +3,10 @@
 //! host), real kubectl, and pods reaching Services by name through the agent's proxy and
 //! cluster DNS — ClusterIP spread over the pods, scale down and up, hairpin traffic, a
 //! NodePort from the host, headless StatefulSet names, ExternalName, an immediate refusal for
-//! a Service without endpoints, the `kubernetes` Service from a pod, and `--cleanup`.
-//! Under `CI=true` a missing piece (namespaces, nftables, containerd) fails the test.
+//! a Service without endpoints, the `kubernetes` Service from a pod, and `--cleanup`. Then
+//! the same node's agent restarted with `--proxy-mode iptables` (the pods outlive it) routes
+//! the same Services with iptables chains instead. Under `CI=true` a missing piece
+//! (namespaces, nftables, iptables, containerd) fails the test.
 
 // Test code: a failed expectation is meant to panic.
 #![allow(clippy::unwrap_used)]
@@ -170,6 +172,85 @@ impl Drop for Agent {
     }
 }
 
+/// The node's agent, joined with `join` (`rudder agent --server … --token …`'s words), with
+/// its data under `dir` and `extra` flags, logging to `dir/<log>`.
+fn start_agent(
+    node: &NodeNetns,
+    join: &[&str],
+    dir: &std::path::Path,
+    log: &str,
+    extra: &[&str],
+) -> Agent {
+    let log = dir.join(log);
+    let log_file = std::fs::File::create(&log).unwrap();
+    let child = node
+        .command(RUDDER)
+        .args(&join[1..])
+        .args(["--node-name", "netnode", "--node-ip", &node.node_ip])
+        .args([
+            "--pod-cidr",
+            &node.pod_cidr,
+            "--cluster-cidr",
+            "10.244.0.0/16",
+        ])
+        .args(extra)
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone().unwrap())
+        .stderr(log_file)
+        .spawn()
+        .unwrap();
+    Agent { child, log }
+}
+
+/// A connection from the client pod to the Service without endpoints is refused at once,
+/// not left to time out.
+fn assert_refused_at_once(kubectl: &Kubectl) {
+    let started = Instant::now();
+    let refused = kubectl.run(&[
+        "exec",
+        "client",
+        "--",
+        "sh",
+        "-c",
+        "nc -w 8 empty 80 </dev/null",
+    ]);
+    let took = started.elapsed();
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("refused"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(
+        took < Duration::from_secs(4),
+        "refused after {took:?}, not at once"
+    );
+}
+
+/// `rudder agent --cleanup` on the node.
+fn cleanup(node: &NodeNetns) -> String {
+    let cleanup = node
+        .command(RUDDER)
+        .args(["agent", "--cleanup"])
+        .output()
+        .unwrap();
+    assert!(
+        cleanup.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cleanup.stderr)
+    );
+    String::from_utf8_lossy(&cleanup.stdout).into_owned()
+}
+
+/// What `program args…` prints on the node.
+fn on_node(node: &NodeNetns, program: &str, args: &[&str]) -> String {
+    let out = node.command(program).args(args).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_reach_services_by_name_through_the_agents_proxy_and_dns() {
     let Some(node) = NodeNetns::create(61, "10.244.61.0/24") else {
@@ -194,27 +275,7 @@ async fn pods_reach_services_by_name_through_the_agents_proxy_and_dns() {
     assert_eq!(words[..2], ["rudder", "agent"], "{line}");
     let agent_dir = dir.path().join("agent");
     std::fs::create_dir_all(&agent_dir).unwrap();
-    let log = agent_dir.join("agent.log");
-    let log_file = std::fs::File::create(&log).unwrap();
-    let child = node
-        .command(RUDDER)
-        .args(&words[1..])
-        .args(["--node-name", "netnode", "--node-ip", &node.node_ip])
-        .args([
-            "--pod-cidr",
-            &node.pod_cidr,
-            "--cluster-cidr",
-            "10.244.0.0/16",
-        ])
-        .arg("--data-dir")
-        .arg(agent_dir.join("data"))
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(log_file.try_clone().unwrap())
-        .stderr(log_file)
-        .spawn()
-        .unwrap();
-    let agent = Agent { child, log };
+    let agent = start_agent(&node, &words, &agent_dir, "agent.log", &[]);
     let kubectl = Kubectl {
         server: &server,
         version: "1.33",
@@ -370,26 +431,7 @@ async fn pods_reach_services_by_name_through_the_agents_proxy_and_dns() {
     assert!(ext.contains("canonical name = example.com"), "{ext}");
 
     // No endpoints: refused at once, not a timeout.
-    let started = Instant::now();
-    let refused = kubectl.run(&[
-        "exec",
-        "client",
-        "--",
-        "sh",
-        "-c",
-        "nc -w 8 empty 80 </dev/null",
-    ]);
-    let took = started.elapsed();
-    assert!(!refused.status.success());
-    assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("refused"),
-        "{}",
-        String::from_utf8_lossy(&refused.stderr)
-    );
-    assert!(
-        took < Duration::from_secs(4),
-        "refused after {took:?}, not at once"
-    );
+    assert_refused_at_once(&kubectl);
 
     // The API from a pod, through the `kubernetes` Service.
     let api = kubectl.run(&[
@@ -407,12 +449,11 @@ async fn pods_reach_services_by_name_through_the_agents_proxy_and_dns() {
     );
 
     // The proxy's metrics, under upstream's names, on the node's 127.0.0.1:10249.
-    let metrics = node
-        .command("curl")
-        .args(["-s", "-m", "5", "http://127.0.0.1:10249/metrics"])
-        .output()
-        .unwrap();
-    let metrics = String::from_utf8_lossy(&metrics.stdout);
+    let metrics = on_node(
+        &node,
+        "curl",
+        &["-s", "-m", "5", "http://127.0.0.1:10249/metrics"],
+    );
     for name in [
         "kubeproxy_sync_proxy_rules_duration_seconds_bucket",
         "kubeproxy_network_programming_duration_seconds_count",
@@ -421,7 +462,76 @@ async fn pods_reach_services_by_name_through_the_agents_proxy_and_dns() {
         assert!(metrics.contains(name), "{name} missing from:\n{metrics}");
     }
 
-    // --cleanup removes the table (only after the agent stops).
+    assert!(
+        agent.log().contains("service proxy mode: nftables"),
+        "auto picks nftables when nft works:\n{}",
+        agent.log()
+    );
+
+    // Stopped, the agent leaves its rules (and its pods, whose shims outlive containerd);
+    // --cleanup removes the table.
+    let agent_log = agent.log();
+    drop(agent);
+    let tables = |node: &NodeNetns| on_node(node, "nft", &["list", "tables"]);
+    assert!(
+        tables(&node).contains("table ip rudder"),
+        "rules stay when the agent stops:\n{agent_log}"
+    );
+    cleanup(&node);
+    assert!(
+        !tables(&node).contains("table ip rudder"),
+        "{}",
+        tables(&node)
+    );
+
+    // The same node in iptables mode: the pods, by name, ClusterIP and NodePort, through
+    // iptables chains (and no nftables table).
+    let agent = start_agent(
+        &node,
+        &words,
+        &agent_dir,
+        "agent-iptables.log",
+        &["--proxy-mode", "iptables"],
+    );
+    until("the agent chose iptables", 30, || {
+        let log = agent.log();
+        assert!(!log.contains("iptables is missing"), "{log}");
+        log.contains("service proxy mode: iptables")
+    })
+    .await;
+    until("every web pod answers through iptables", 60, || {
+        let seen: BTreeSet<String> = answers(&kubectl, "client", "web", 80, 30)
+            .into_iter()
+            .collect();
+        seen == ready_web_pods(&kubectl)
+    })
+    .await;
+    let pods = ready_web_pods(&kubectl);
+    let cluster_ip = kubectl.jsonpath("service", "web", "{.spec.clusterIP}");
+    let by_ip = answers(&kubectl, "client", &cluster_ip, 80, 5);
+    assert_eq!(by_ip.len(), 5, "{by_ip:?}");
+    assert!(by_ip.iter().all(|a| pods.contains(a)), "{by_ip:?}");
+    let body = http_get(&address);
+    assert!(pods.iter().any(|pod| body.contains(pod.as_str())), "{body}");
+    assert_refused_at_once(&kubectl);
+    let saved = |node: &NodeNetns| on_node(node, "iptables-save", &[]);
+    assert!(saved(&node).contains(":RUDDER-SVC-"), "{}", saved(&node));
+    assert!(
+        !tables(&node).contains("table ip rudder"),
+        "{}",
+        tables(&node)
+    );
+    let metrics = on_node(
+        &node,
+        "curl",
+        &["-s", "-m", "5", "http://127.0.0.1:10249/metrics"],
+    );
+    assert!(
+        metrics.contains("kubeproxy_sync_proxy_rules_iptables_total{table=\"nat\"}"),
+        "{metrics}"
+    );
+
+    // --cleanup removes the chains too (only after the agent stops).
     kubectl.ok(&["delete", "-f", manifest.to_str().unwrap(), "--wait=false"]);
     until("the pods are gone", 60, || {
         kubectl.ok(&["get", "pods", "-o", "name"]).trim().is_empty()
@@ -429,33 +539,13 @@ async fn pods_reach_services_by_name_through_the_agents_proxy_and_dns() {
     .await;
     let agent_log = agent.log();
     drop(agent);
-    let table = |node: &NodeNetns| {
-        let out = node
-            .command("nft")
-            .args(["list", "tables"])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
     assert!(
-        table(&node).contains("table ip rudder"),
+        saved(&node).contains(":RUDDER-SERVICES"),
         "rules stay when the agent stops:\n{agent_log}"
     );
-    let cleanup = node
-        .command(RUDDER)
-        .args(["agent", "--cleanup"])
-        .output()
-        .unwrap();
-    assert!(
-        cleanup.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cleanup.stderr)
-    );
-    assert!(
-        !table(&node).contains("table ip rudder"),
-        "{}",
-        table(&node)
-    );
+    let said = cleanup(&node);
+    assert!(said.contains("deleted the iptables chains"), "{said}");
+    assert!(!saved(&node).contains("RUDDER"), "{}", saved(&node));
     // The agent's containerd went with it.
     let leftover = Command::new("pgrep")
         .args([

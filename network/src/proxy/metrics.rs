@@ -1,12 +1,15 @@
 //! The proxy's metrics under upstream's names: how long a sync takes
 //! (`kubeproxy_sync_proxy_rules_duration_seconds`), how long from an endpoint change to its
 //! rules (`kubeproxy_network_programming_duration_seconds`), when the last sync happened,
-//! and failed transactions.
+//! and failed transactions; in iptables mode, as upstream's, failed `iptables-restore` runs
+//! (`kubeproxy_sync_proxy_rules_iptables_restore_failures_total`) and the rules per table
+//! (`kubeproxy_sync_proxy_rules_iptables_total{table}`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
@@ -18,6 +21,10 @@ pub struct Metrics {
     failures: Counter,
     full_syncs: Counter,
     service_ports: Gauge,
+    /// Rules per table (iptables mode).
+    iptables_rules: Family<Vec<(String, String)>, Gauge>,
+    /// Whether the proxy runs in iptables mode (the failure counter's name follows it).
+    iptables: bool,
     /// Syncs done (for tests and benchmarks that wait for one).
     pub syncs: AtomicU64,
     /// The watch generation the last applied rules were computed from: a change seen at
@@ -37,6 +44,8 @@ impl Default for Metrics {
             failures: Counter::default(),
             full_syncs: Counter::default(),
             service_ports: Gauge::default(),
+            iptables_rules: Family::default(),
+            iptables: false,
             syncs: AtomicU64::new(0),
             applied_generation: AtomicU64::new(0),
             last_sync_micros: AtomicU64::new(0),
@@ -45,6 +54,23 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// The metrics of a proxy in `backend`'s mode.
+    pub fn for_backend(backend: &super::Backend) -> Self {
+        Self {
+            iptables: matches!(backend, super::Backend::Iptables(_)),
+            ..Self::default()
+        }
+    }
+
+    /// The rules Rudder has in iptables' nat and filter tables.
+    pub fn iptables_rules(&self, nat: usize, filter: usize) {
+        for (table, count) in [("nat", nat), ("filter", filter)] {
+            self.iptables_rules
+                .get_or_create(&vec![("table".to_owned(), table.to_owned())])
+                .set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
+    }
+
     pub fn synced(&self, took: Duration, full: bool, service_ports: usize, generation: u64) {
         self.applied_generation.store(generation, Ordering::Release);
         self.last_sync_micros.store(
@@ -87,11 +113,24 @@ impl Metrics {
             "The last time proxy rules were successfully synced",
             self.last_sync.clone(),
         );
-        proxy.register(
-            "sync_proxy_rules_nftables_failures",
-            "Failed nftables transactions",
-            self.failures.clone(),
-        );
+        if self.iptables {
+            proxy.register(
+                "sync_proxy_rules_iptables_restore_failures",
+                "Cumulative proxy iptables restore failures",
+                self.failures.clone(),
+            );
+            proxy.register(
+                "sync_proxy_rules_iptables_total",
+                "Number of proxy iptables rules programmed",
+                self.iptables_rules.clone(),
+            );
+        } else {
+            proxy.register(
+                "sync_proxy_rules_nftables_failures",
+                "Failed nftables transactions",
+                self.failures.clone(),
+            );
+        }
         proxy.register(
             "sync_full_proxy_rules",
             "Syncs that rewrote the whole table",

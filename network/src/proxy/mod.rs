@@ -1,10 +1,15 @@
-//! kube-proxy's role, in nftables mode: every Service's cluster IPs, NodePorts and external
-//! IPs routed to its endpoints from one table of Rudder's own (`ip rudder` by default; no
-//! other table is touched). Each change of Services or EndpointSlices is turned into the
-//! desired [`ruleset::Ruleset`] and only the difference is applied, in one `nft -f`
-//! transaction; the table is rewritten whole at start, after a failed transaction and every
-//! `full_sync_period`. `cleanup` deletes the table (`rudder agent --cleanup`).
+//! kube-proxy's role: every Service's cluster IPs, NodePorts and external IPs routed to its
+//! endpoints. In nftables mode (the default) from one table of Rudder's own (`ip rudder` by
+//! default; no other table is touched): each change of Services or EndpointSlices is turned
+//! into the desired [`ruleset::Ruleset`] and only the difference is applied, in one `nft -f`
+//! transaction. In iptables mode ([`iptables`], where nftables cannot be used) from chains
+//! of Rudder's own, only the changed ones rewritten by `iptables-restore`. Either way the
+//! rules are written whole at start, after a failure and every `full_sync_period`, from the
+//! same [`model`]. `cleanup` deletes the table (`rudder agent --cleanup`), and
+//! [`iptables::cleanup`] the chains.
 
+pub mod backend;
+pub mod iptables;
 pub mod metrics;
 pub mod model;
 pub mod nft;
@@ -20,6 +25,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use crate::Watched;
+pub use backend::{Backend, ProxyMode};
 pub use metrics::Metrics;
 pub use rules::RuleConfig;
 
@@ -57,11 +63,11 @@ pub async fn cleanup(nft: &dyn nft::Nft, table: &str) -> anyhow::Result<()> {
         .await
 }
 
-/// Keeps the table in step with `watched` until `shutdown`.
+/// Keeps the rules in step with `watched` until `shutdown`.
 pub async fn run(
     config: Config,
     mut watched: Watched,
-    nft: Arc<dyn nft::Nft>,
+    backend: Backend,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
@@ -70,9 +76,8 @@ pub async fn run(
         _ = shutdown.cancelled() => return Ok(()),
         _ = watched.ready() => {}
     }
-    tracing::info!(table = %config.rules.table, "service proxy started");
-    let skeleton = rules::skeleton(&config.rules);
-    let mut applied: Option<ruleset::Ruleset> = None;
+    tracing::info!(mode = backend.name(), table = %config.rules.table, "service proxy started");
+    let mut programmer = backend::Programmer::new(&backend, &config.rules);
     let mut last_full = Instant::now();
     let mut seen_slices: HashMap<String, String> = HashMap::new();
     loop {
@@ -81,37 +86,29 @@ pub async fn run(
         let services = watched.services.state();
         let slices = watched.slices.state();
         let ports = model::service_ports(&services, &slices, &config.node_name);
-        let desired = rules::ruleset(&ports, &config.rules);
-        let full = applied.is_none() || last_full.elapsed() >= config.full_sync_period;
-        let script = match (&applied, full) {
-            (Some(old), false) => ruleset::diff(&skeleton, old, &desired),
-            _ => ruleset::full(&skeleton, &desired),
-        };
-        let outcome = if script.is_empty() {
-            Ok(())
-        } else {
-            nft.apply(&script).await
-        };
-        match outcome {
-            Ok(()) => {
+        let full = programmer.fresh() || last_full.elapsed() >= config.full_sync_period;
+        match programmer.program(&ports, full).await {
+            Ok(lines) => {
                 if full {
                     last_full = Instant::now();
                 }
                 metrics.synced(started.elapsed(), full, ports.len(), generation);
+                if let Some((nat, filter)) = programmer.iptables_rules() {
+                    metrics.iptables_rules(nat, filter);
+                }
                 tracing::debug!(
                     full,
                     service_ports = ports.len(),
-                    statements = script.lines().count(),
+                    lines,
                     took_ms = started.elapsed().as_millis() as u64,
                     "service rules synced"
                 );
                 observe_programming(&metrics, &slices, &mut seen_slices);
-                applied = Some(desired);
             }
             Err(error) => {
-                tracing::warn!(%error, full, "programming the service rules failed; rewriting the table next");
+                tracing::warn!(%error, full, mode = backend.name(), "programming the service rules failed; rewriting them whole next");
                 metrics.failed();
-                applied = None;
+                programmer.forget();
                 tokio::select! {
                     _ = shutdown.cancelled() => return Ok(()),
                     _ = tokio::time::sleep(Duration::from_secs(1)) => {}

@@ -156,26 +156,32 @@ pub fn skeleton(config: &RuleConfig) -> Skeleton {
     }
 }
 
-/// A short, stable, name-safe hash (8 base32 letters) of `text`.
-fn short_hash(text: &str) -> String {
+/// A stable, name-safe hash of `text`: the first `letters` (at most 51) base32 letters of
+/// its SHA-256.
+pub(super) fn hash_name(text: &str, letters: usize) -> String {
     const ALPHABET: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
     let digest = Sha256::digest(text.as_bytes());
-    let mut bits: u64 = 0;
-    for byte in &digest[..5] {
-        bits = (bits << 8) | u64::from(*byte);
-    }
-    (0..8)
-        .rev()
-        .map(|i| char::from(ALPHABET[((bits >> (i * 5)) & 31) as usize]))
+    (0..letters.min(51))
+        .map(|i| {
+            let (byte, shift) = (i * 5 / 8, i * 5 % 8);
+            let window = (u16::from(digest[byte]) << 8)
+                | u16::from(digest.get(byte + 1).copied().unwrap_or(0));
+            char::from(ALPHABET[usize::from((window >> (11 - shift)) & 31)])
+        })
         .collect()
 }
 
-/// Chain names for one Service port (upstream's scheme: a hash for uniqueness, then the
-/// readable key).
-struct Names {
-    service: String,
-    local: String,
-    external: String,
+/// A short hash (8 letters) for nftables names, which carry the readable key beside it.
+fn short_hash(text: &str) -> String {
+    hash_name(text, 8)
+}
+
+/// Chain names for one Service port: all endpoints, this node's, and the external entry.
+/// nftables' names are upstream's scheme there: a hash for uniqueness, then the readable key.
+pub(super) struct Names {
+    pub(super) service: String,
+    pub(super) local: String,
+    pub(super) external: String,
 }
 
 impl Names {

@@ -19,7 +19,7 @@ use super::rules::{
 use super::ruleset::{diff, full};
 use super::*;
 
-fn service(name: &str, spec: serde_json::Value) -> Arc<Service> {
+pub(super) fn service(name: &str, spec: serde_json::Value) -> Arc<Service> {
     Arc::new(
         serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": "ns"},
@@ -30,11 +30,14 @@ fn service(name: &str, spec: serde_json::Value) -> Arc<Service> {
 }
 
 /// An endpoint: address, node, ready, serving, terminating.
-type EndpointSpec<'a> = (&'a str, &'a str, bool, bool, bool);
+pub(super) type EndpointSpec<'a> = (&'a str, &'a str, bool, bool, bool);
 
 /// A slice for `service` with endpoints `(ip, node, ready, serving, terminating)` on port
 /// `http` → 8080.
-fn slice(service: &str, endpoints: &[(&str, &str, bool, bool, bool)]) -> Arc<EndpointSlice> {
+pub(super) fn slice(
+    service: &str,
+    endpoints: &[(&str, &str, bool, bool, bool)],
+) -> Arc<EndpointSlice> {
     let endpoints: Vec<_> = endpoints
         .iter()
         .map(|(ip, node, ready, serving, terminating)| {
@@ -55,7 +58,7 @@ fn slice(service: &str, endpoints: &[(&str, &str, bool, bool, bool)]) -> Arc<End
     )
 }
 
-fn web(extra: serde_json::Value) -> Arc<Service> {
+pub(super) fn web(extra: serde_json::Value) -> Arc<Service> {
     let mut spec = json!({"clusterIP": "10.96.0.20", "clusterIPs": ["10.96.0.20"],
         "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": "http"}]});
     if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
@@ -66,7 +69,7 @@ fn web(extra: serde_json::Value) -> Arc<Service> {
     service("web", spec)
 }
 
-fn config() -> RuleConfig {
+pub(super) fn config() -> RuleConfig {
     RuleConfig {
         table: "rudder".into(),
         cluster_cidrs: vec!["10.244.0.0/16".into()],
@@ -329,9 +332,9 @@ fn session_affinity_remembers_clients_per_endpoint() {
     assert!(endpoint[1].starts_with("update @affinity-"), "{endpoint:?}");
 }
 
-#[test]
-fn a_change_to_one_service_touches_only_its_chains() {
-    let services: Vec<_> = (0..50)
+/// `count` Services `s<i>` (cluster IP 10.96.1.<i>, port 80).
+pub(super) fn numbered_services(count: usize) -> Vec<Arc<Service>> {
+    (0..count)
         .map(|i| {
             service(
                 &format!("s{i}"),
@@ -339,22 +342,30 @@ fn a_change_to_one_service_touches_only_its_chains() {
                     "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}),
             )
         })
-        .collect();
-    let slices = |third: &str| -> Vec<Arc<EndpointSlice>> {
-        (0..50)
-            .map(|i| {
-                let ip = if i == 7 {
-                    third.to_owned()
-                } else {
-                    format!("10.244.3.{i}")
-                };
-                slice(
-                    &format!("s{i}"),
-                    &[(ip.as_str(), "node-a", true, true, false)],
-                )
-            })
-            .collect()
-    };
+        .collect()
+}
+
+/// A slice for each of [`numbered_services`]: one endpoint 10.244.3.<i>, but `seventh` for s7.
+pub(super) fn numbered_slices(count: usize, seventh: &str) -> Vec<Arc<EndpointSlice>> {
+    (0..count)
+        .map(|i| {
+            let ip = if i == 7 {
+                seventh.to_owned()
+            } else {
+                format!("10.244.3.{i}")
+            };
+            slice(
+                &format!("s{i}"),
+                &[(ip.as_str(), "node-a", true, true, false)],
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_change_to_one_service_touches_only_its_chains() {
+    let services = numbered_services(50);
+    let slices = |third: &str| numbered_slices(50, third);
     let skeleton = skeleton(&config());
     let before = ruleset(
         &service_ports(&services, &slices("10.244.3.7"), "node-a"),
@@ -413,7 +424,7 @@ fn removing_a_service_removes_its_elements_before_its_chains() {
     assert!(script.contains("delete element ip rudder cluster-ips { 10.96.0.20 }"));
 }
 
-fn store<K>(objects: Vec<K>) -> (reflector::Store<K>, reflector::store::Writer<K>)
+pub(super) fn store<K>(objects: Vec<K>) -> (reflector::Store<K>, reflector::store::Writer<K>)
 where
     K: kube::Resource<DynamicType = ()> + Clone + 'static,
 {
@@ -444,7 +455,7 @@ async fn the_loop_writes_the_table_whole_then_only_changes_and_rewrites_after_a_
     let task = tokio::spawn(run(
         config,
         watched,
-        nft.clone(),
+        super::Backend::Nftables(nft.clone()),
         metrics.clone(),
         shutdown.clone(),
     ));
