@@ -3,12 +3,15 @@
 //! authenticated, the self-reviews, and the user-facing `admin`, `edit` and `view` built by
 //! aggregation from `system:aggregate-to-*` (so a CRD's roles can join them by label), and the
 //! control-plane components' identities (the controller-manager's here, the scheduler's in
-//! [`scheduler`]). Each is created when missing, labelled `kubernetes.io/bootstrapping:
+//! [`scheduler`], the nodes' and the service proxy's in [`nodes`], each controller's own in
+//! [`controllers`]). Each is created when missing, labelled `kubernetes.io/bootstrapping:
 //! rbac-defaults` and annotated `rbac.authorization.kubernetes.io/autoupdate: "true"`.
 
 use serde_json::{json, Value};
 
 mod certificates;
+pub mod controllers;
+mod nodes;
 mod scheduler;
 
 const READ: &[&str] = &["get", "list", "watch"];
@@ -66,6 +69,8 @@ pub fn cluster_roles() -> Vec<Value> {
     let mut roles = own_cluster_roles();
     roles.extend(scheduler::cluster_roles());
     roles.extend(certificates::cluster_roles());
+    roles.extend(nodes::cluster_roles());
+    roles.extend(controllers::cluster_roles());
     roles
 }
 
@@ -448,6 +453,8 @@ pub fn cluster_role_bindings() -> Vec<Value> {
     let mut bindings = own_cluster_role_bindings();
     bindings.extend(scheduler::cluster_role_bindings());
     bindings.extend(certificates::cluster_role_bindings());
+    bindings.extend(nodes::cluster_role_bindings());
+    bindings.extend(controllers::cluster_role_bindings());
     bindings
 }
 

@@ -129,12 +129,12 @@ fn in_kube_system(mut metadata: Value) -> Value {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use crate::authz::rbac::{Policy, CLUSTER_ROLES, CLUSTER_ROLE_BINDINGS, ROLES, ROLE_BINDINGS};
     use crate::authz::{Attributes, Decision};
 
     /// Every default object, as the store holds them after bootstrap.
-    fn defaults() -> Policy {
+    pub(in crate::authz::rbac::defaults) fn defaults() -> Policy {
         let mut policy = Policy::default();
         let defaults = super::super::cluster_roles()
             .into_iter()
@@ -164,7 +164,7 @@ mod tests {
         policy
     }
 
-    fn scheduler(
+    pub(in crate::authz::rbac::defaults) fn scheduler(
         verb: &str,
         group: &str,
         resource: &str,
@@ -187,7 +187,10 @@ mod tests {
         }
     }
 
-    fn allowed(policy: &Policy, attributes: &Attributes) -> bool {
+    pub(in crate::authz::rbac::defaults) fn allowed(
+        policy: &Policy,
+        attributes: &Attributes,
+    ) -> bool {
         matches!(policy.decide(attributes), Decision::Allow { .. })
     }
 
