@@ -483,4 +483,60 @@ mod tests {
             assert!(!allowed(&policy, &attributes), "{attributes:?}");
         }
     }
+
+    #[test]
+    fn the_manager_itself_holds_only_what_it_needs_to_give_controllers_identities() {
+        let policy = defaults();
+        let manager = |verb: &str, group: &str, resource: &str, namespace: &str, name: &str| {
+            let mut attributes = scheduler(verb, group, resource, namespace, name);
+            attributes.user = crate::server::CONTROLLER_MANAGER_USER.into();
+            allowed(&policy, &attributes)
+        };
+        assert!(manager("watch", "apps", "deployments", "", ""));
+        assert!(manager("create", "", "serviceaccounts", NAMESPACE, ""));
+        assert!(manager(
+            "get",
+            "",
+            "serviceaccounts",
+            NAMESPACE,
+            "replicaset-controller"
+        ));
+        assert!(manager(
+            "create",
+            "",
+            "serviceaccounts/token",
+            NAMESPACE,
+            "replicaset-controller"
+        ));
+        assert!(manager(
+            "update",
+            "coordination.k8s.io",
+            "leases",
+            NAMESPACE,
+            "kube-controller-manager"
+        ));
+        assert!(manager("update", "", "secrets", "default", "legacy-token"));
+        assert!(!manager("create", "", "pods", "default", ""));
+        assert!(!manager("update", "apps", "deployments", "default", "web"));
+        assert!(!manager("delete", "", "namespaces", "", "team"));
+        assert!(!manager(
+            "update",
+            "coordination.k8s.io",
+            "leases",
+            NAMESPACE,
+            "kube-scheduler"
+        ));
+        assert!(!manager(
+            "escalate",
+            "rbac.authorization.k8s.io",
+            "clusterroles",
+            "",
+            "view"
+        ));
+        // What every controller shared before is retired from upgraded clusters.
+        assert!(
+            !super::super::retired("clusterroles", crate::server::CONTROLLER_MANAGER_USER)
+                .is_empty()
+        );
+    }
 }

@@ -7,16 +7,9 @@
 
 use serde_json::{json, Value};
 
-use super::{cluster_role, metadata, rule, user_binding, READ};
+use super::{cluster_role, metadata, named, rule, user_binding, READ};
 
 const READ_UPDATE: &[&str] = &["get", "list", "patch", "update", "watch"];
-
-/// A rule limited to objects of these names.
-fn named(groups: &[&str], resources: &[&str], names: &[&str], verbs: &[&str]) -> Value {
-    let mut limited = rule(groups, resources, verbs);
-    limited["resourceNames"] = json!(names);
-    limited
-}
 
 /// `system:kube-scheduler` and `system:volume-scheduler`.
 pub fn cluster_roles() -> Vec<Value> {
