@@ -414,7 +414,8 @@ mod tests {
         let old = json!({"verbs": ["create"], "resources": ["pods"], "apiGroups": [""]});
         let mut upgraded = extended.clone();
         upgraded["rules"].as_array_mut().unwrap().push(old.clone());
-        let narrowed = reconciled(&upgraded, &default, &[old.clone()]).expect("a rule to retire");
+        let narrowed =
+            reconciled(&upgraded, &default, std::slice::from_ref(&old)).expect("a rule to retire");
         assert_eq!(narrowed["rules"], extended["rules"]);
         let mut kept = opted_out.clone();
         kept["rules"] = json!([old.clone()]);
