@@ -12,6 +12,12 @@ pub struct ControllerManagerArgs {
     /// The kubeconfig of the cluster to manage (its current context).
     #[arg(long, env = "KUBECONFIG")]
     kubeconfig: PathBuf,
+    /// Run each controller as its own ServiceAccount in kube-system (a token requested and
+    /// renewed by the manager), held to its `system:controller:<name>` role; the kubeconfig's
+    /// user needs only the `system:kube-controller-manager` role. With false every controller
+    /// uses the kubeconfig's credentials, whose user must then hold every controller's role.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    use_service_account_credentials: bool,
     /// Controllers to run: `*` for all, `name` to add one, `-name` to leave one out.
     #[arg(long, default_value = "*")]
     controllers: String,
@@ -166,9 +172,10 @@ pub async fn run(args: ControllerManagerArgs, shutdown: CancellationToken) -> Re
     )
     .await
     .context("building a client from the kubeconfig")?;
-    let client = kube::Client::try_from(config).context("creating the API client")?;
+    let client = kube::Client::try_from(config.clone()).context("creating the API client")?;
     let manager = Manager::new(Config {
         client,
+        service_account_credentials: args.use_service_account_credentials.then_some(config),
         identity: identity(),
         controllers: Selection::parse(&args.controllers)?,
         concurrency: Concurrency {

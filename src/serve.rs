@@ -520,9 +520,10 @@ async fn local_agent(
 }
 
 /// The controller-manager for this server: a client of its own API as
-/// `system:kube-controller-manager` (held to that role, not an admin), the cluster CA to
-/// publish, and leader election so that of several servers on one store one runs the
-/// controllers.
+/// `system:kube-controller-manager` (held to that narrow role: informers, its Lease, the
+/// controllers' ServiceAccounts and their tokens), each controller as its own ServiceAccount,
+/// the cluster CA to publish, and leader election so that of several servers on one store one
+/// runs the controllers.
 async fn controller_manager(
     running: &rudder_apiserver::server::Running,
     controllers: rudder_controllers::Selection,
@@ -532,12 +533,15 @@ async fn controller_manager(
         rudder_controllers::nodeipam::Settings,
     ),
 ) -> Result<rudder_controllers::Manager> {
-    let client = client_for(&running.controller_manager_kubeconfig)
+    let connection = config_for(&running.controller_manager_kubeconfig)
         .await
         .context("a client for the controllers")?;
+    let client = kube::Client::try_from(connection.clone()).context("creating the API client")?;
     Ok(rudder_controllers::Manager::new(
         rudder_controllers::Config {
             client,
+            // Each controller as its own ServiceAccount, held to its own role.
+            service_account_credentials: Some(connection),
             identity: crate::controller_manager::identity(),
             controllers,
             concurrency: rudder_controllers::Concurrency::default(),
@@ -581,13 +585,17 @@ fn cluster_signer(
 
 /// A client of the cluster (and as the user) a kubeconfig file names.
 pub(crate) async fn client_for(kubeconfig: &Path) -> Result<kube::Client> {
+    let config = config_for(kubeconfig).await?;
+    kube::Client::try_from(config).context("creating the API client")
+}
+
+/// The connection settings a kubeconfig file names (its current context).
+pub(crate) async fn config_for(kubeconfig: &Path) -> Result<kube::Config> {
     let file = kube::config::Kubeconfig::read_from(kubeconfig)
         .with_context(|| format!("reading {}", kubeconfig.display()))?;
-    let config =
-        kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
-            .await
-            .with_context(|| format!("building a client from {}", kubeconfig.display()))?;
-    kube::Client::try_from(config).context("creating the API client")
+    kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+        .await
+        .with_context(|| format!("building a client from {}", kubeconfig.display()))
 }
 
 /// `rudder kubeconfig`: prints the admin kubeconfig a server wrote.

@@ -42,6 +42,29 @@ EXTRA = [
     "io.k8s.api.autoscaling.v1.Scale",
 ]
 
+# Older group-versions we serve that the release no longer describes: (group, old version,
+# kinds), each kind's definition made from the preferred version's with the version changed
+# (upstream's fields were the same when it last served them).
+TWINS = [
+    ("authentication.k8s.io", "v1beta1", "v1", ["SelfSubjectReview", "SelfSubjectReviewStatus"]),
+]
+
+
+def add_twins(definitions, keep):
+    """Adds the TWINS definitions to `definitions` and `keep`."""
+    for group, old, new, kinds in TWINS:
+        package = "io.k8s.api.%s." % group.split(".")[0]
+        for kind in kinds:
+            text = json.dumps(definitions[package + new + "." + kind])
+            for other in kinds:  # refer to the twins, not the preferred version's kinds
+                text = text.replace('/%s%s.%s"' % (package, new, other), '/%s%s.%s"' % (package, old, other))
+            twin = json.loads(text)
+            for gvk in twin.get("x-kubernetes-group-version-kind", []):
+                gvk["version"] = old
+            definitions[package + old + "." + kind] = twin
+            keep.add(package + old + "." + kind)
+
+
 # Which upstream operation supplies the query parameters of each of ours.
 OPERATIONS = {
     "list": ("/apis/apps/v1/namespaces/{namespace}/deployments", "get"),
@@ -79,6 +102,8 @@ def main():
         if name not in keep:
             keep.add(name)
             stack += re.findall(r'"#/definitions/([^"]+)"', json.dumps(definitions[name]))
+
+    add_twins(definitions, keep)
 
     parameters = {}
     for ours, (path, method) in OPERATIONS.items():

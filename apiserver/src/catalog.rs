@@ -333,9 +333,11 @@ pub static RESOURCES: &[ResourceInfo] = &[
     authorization::SELF_SUBJECT_RULES_REVIEWS,
     authorization::SELF_SUBJECT_REVIEWS,
     authorization::TOKEN_REVIEWS,
+    // Older versions served beside a group's preferred one (listed after it).
+    authorization::SELF_SUBJECT_REVIEWS_V1BETA1,
 ];
 
-/// The API groups in discovery order (core first), each with its one served version.
+/// The API groups in discovery order (core first).
 pub fn groups() -> Vec<&'static str> {
     let mut groups: Vec<&'static str> = Vec::new();
     for info in RESOURCES {
@@ -389,12 +391,23 @@ pub fn serves_group_version(group: &str, version: &str) -> bool {
         .any(|info| info.group == group && info.version == version)
 }
 
-/// The preferred (and only) version of a group.
+/// The preferred version of a group: the first it is served at.
 pub fn version_of(group: &str) -> Option<&'static str> {
     RESOURCES
         .iter()
         .find(|info| info.group == group)
         .map(|info| info.version)
+}
+
+/// Every version a group is served at, the preferred first.
+pub fn versions_of(group: &str) -> Vec<&'static str> {
+    let mut versions: Vec<&'static str> = Vec::new();
+    for info in RESOURCES.iter().filter(|info| info.group == group) {
+        if !versions.contains(&info.version) {
+            versions.push(info.version);
+        }
+    }
+    versions
 }
 
 #[cfg(test)]
@@ -406,12 +419,26 @@ mod tests {
         for (index, info) in RESOURCES.iter().enumerate() {
             for other in &RESOURCES[index + 1..] {
                 assert!(
-                    !(info.group == other.group && info.plural == other.plural),
+                    !(info.group == other.group
+                        && info.version == other.version
+                        && info.plural == other.plural),
                     "{} served twice",
                     info.plural
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_group_served_at_two_versions_prefers_the_first() {
+        assert_eq!(versions_of("authentication.k8s.io"), vec!["v1", "v1beta1"]);
+        assert_eq!(version_of("authentication.k8s.io"), Some("v1"));
+        let beta = find("authentication.k8s.io", "v1beta1", "selfsubjectreviews")
+            .expect("the beta is served");
+        assert_eq!(beta.kind, "SelfSubjectReview");
+        // Bodies that name only group and kind resolve to the preferred version.
+        let by_kind = by_kind("authentication.k8s.io", "SelfSubjectReview").expect("served");
+        assert_eq!(by_kind.version, "v1");
     }
 
     #[test]

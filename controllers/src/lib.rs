@@ -4,13 +4,16 @@
 //! storage), fed by shared informers ([`informers`]: one watch per resource type for all
 //! controllers), measured by its work queue ([`workqueue`]) and run by [`runner`]. With leader
 //! election ([`leader`]) several controller-managers on one cluster keep exactly one active.
-//! Start at [`Manager::run`]; each controller is a module of its own (`replicaset`, …).
+//! Start at [`Manager::run`]; each controller is a module of its own (`replicaset`, …). With
+//! [`Config::service_account_credentials`] each controller talks to the API as its own
+//! ServiceAccount ([`credentials`]), the manager as itself.
 //!
 //! It depends on the Kubernetes API only (kube-rs and k8s-openapi types) and on
 //! `rudder-facts`; nothing of the apiserver or the storage.
 
 pub mod clusterdns;
 pub mod clusterrole_aggregation;
+pub mod credentials;
 pub mod cronjob;
 pub mod csrapproving;
 pub mod csrsigning;
@@ -82,8 +85,15 @@ impl Default for Concurrency {
 /// A controller-manager's settings.
 #[derive(Clone)]
 pub struct Config {
-    /// A client of the cluster's API, as the controller-manager's identity.
+    /// A client of the cluster's API, as the controller-manager's identity: the shared
+    /// informers, leader election, and every controller unless
+    /// [`Config::service_account_credentials`] gives them their own.
     pub client: Client,
+    /// The connection settings behind `client` (upstream's `--use-service-account-credentials`
+    /// when given): each controller listed in [`credentials::SERVICE_ACCOUNTS`] then gets a
+    /// client of its own that authenticates as that ServiceAccount (a token the manager
+    /// requests and renews), so it holds only its own role.
+    pub service_account_credentials: Option<kube::Config>,
     /// Names this manager in events and in the leader-election Lease.
     pub identity: String,
     pub controllers: Selection,
@@ -152,10 +162,16 @@ impl Manager {
 /// Builds every selected controller over one set of informers and runs them all.
 async fn run_controllers(config: Config, metrics: Arc<QueueMetrics>, shutdown: CancellationToken) {
     let informers = Informers::new(config.client.clone());
+    let clients = credentials::Clients::new(
+        config.client.clone(),
+        config.service_account_credentials.clone(),
+    );
     let mut controllers: Vec<BoxFuture<'static, ()>> = Vec::new();
     for name in config.controllers.names() {
         let queue = Queue::new(name, metrics.clone());
-        let client = config.client.clone();
+        let Some(client) = clients.for_controller(name, &shutdown).await else {
+            return;
+        };
         let identity = config.identity.as_str();
         let token = shutdown.clone();
         let controller = match name {

@@ -113,6 +113,28 @@ fn requests_are_audited_without_secret_data() {
         .iter()
         .all(|event| event["stage"] != "RequestReceived"));
 
+    // Credentials that fail: a 401, written at ResponseComplete with nobody as the user.
+    let bogus = server.kubeconfig_with(
+        Some(kube::config::AuthInfo {
+            token: Some("not-a-token".to_string().into()),
+            ..Default::default()
+        }),
+        None,
+    );
+    let (code, _, _) = server.kubectl_with("1.33", &bogus, &["get", "pods", "-n", "audited"]);
+    assert_ne!(code, 0);
+    let refused = completed(&log, |event| event["responseStatus"]["code"] == 401);
+    assert!(!refused.is_empty());
+    for event in &refused {
+        assert_eq!(event["user"], serde_json::json!({}), "{event}");
+        assert_eq!(event["responseStatus"]["reason"], "Unauthorized", "{event}");
+        assert_eq!(
+            event["responseStatus"]["message"], "Authentication failed, attempted: bearer",
+            "{event}"
+        );
+        assert!(!event["auditID"].as_str().unwrap().is_empty());
+    }
+
     // The Audit-Id header names the request's events.
     let output = k.run(&["get", "--raw", "/version", "-v=8"]);
     let stderr = String::from_utf8_lossy(&output.stderr);

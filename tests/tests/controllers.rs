@@ -607,3 +607,127 @@ async fn disruption_budgets_count_healthy_pods() {
     );
     kubelet.abort();
 }
+
+/// Each controller works as its own ServiceAccount (upstream's
+/// `--use-service-account-credentials`), held to its own role: the ReplicaSet controller's pod
+/// creates are audited as `system:serviceaccount:kube-system:replicaset-controller`, which may
+/// create pods but not read Secrets; the manager itself may create neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_controller_works_as_its_own_service_account() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = format!("sqlite://{}", dir.path().join("state.db").display());
+    let log = dir.path().join("audit.log");
+    let server = RudderServer::start_with_args(
+        env!("CARGO_BIN_EXE_rudder"),
+        &storage,
+        &[
+            "--controllers",
+            "replicaset,deployment,serviceaccount",
+            "--audit-log-path",
+            log.to_str().unwrap(),
+        ],
+    );
+    let client = client(&server).await;
+    kubectl_ok(
+        &server,
+        &[
+            "create",
+            "deployment",
+            "web",
+            "--image=busybox",
+            "--replicas=2",
+        ],
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    rudder_tests::eventually("two pods", Duration::from_secs(60), || async {
+        pods.list(&ListParams::default().labels("app=web"))
+            .await
+            .unwrap()
+            .items
+            .len()
+            == 2
+    })
+    .await;
+    // The audit log says who created what.
+    let creators = |resource: &str| -> Vec<String> {
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|event| {
+                event["stage"] == "ResponseComplete"
+                    && event["verb"] == "create"
+                    && event["objectRef"]["resource"] == resource
+                    && event["objectRef"]["subresource"].is_null()
+                    && event["responseStatus"]["code"] == 201
+            })
+            .map(|event| event["user"]["username"].as_str().unwrap().to_string())
+            .collect()
+    };
+    rudder_tests::eventually("pod creates audited", Duration::from_secs(10), || async {
+        creators("pods").len() == 2
+    })
+    .await;
+    assert_eq!(
+        creators("pods"),
+        vec!["system:serviceaccount:kube-system:replicaset-controller"; 2]
+    );
+    assert_eq!(
+        creators("replicasets"),
+        vec!["system:serviceaccount:kube-system:deployment-controller"]
+    );
+    // The manager made the accounts and asked for their tokens, as itself.
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "kube-system");
+    for account in [
+        "replicaset-controller",
+        "deployment-controller",
+        "service-account-controller",
+    ] {
+        assert!(
+            accounts.get_opt(account).await.unwrap().is_some(),
+            "{account}"
+        );
+    }
+    assert!(creators("serviceaccounts")
+        .iter()
+        .any(|user| user == "system:kube-controller-manager"));
+    // What each identity may do, as RBAC answers for it.
+    let rs = "system:serviceaccount:kube-system:replicaset-controller";
+    for (who, verb, resource, answer) in [
+        (rs, "create", "pods", "yes"),
+        (rs, "get", "secrets", "no"),
+        (rs, "list", "secrets", "no"),
+        (rs, "create", "deployments.apps", "no"),
+        ("system:kube-controller-manager", "create", "pods", "no"),
+        (
+            "system:kube-controller-manager",
+            "update",
+            "deployments.apps",
+            "no",
+        ),
+        ("system:kube-controller-manager", "list", "pods", "yes"),
+    ] {
+        let output = server.kubectl(
+            KUBECTL,
+            &[
+                "auth", "can-i", verb, resource, "-n", "default", "--as", who,
+            ],
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout).trim(),
+            answer,
+            "{who} {verb} {resource}"
+        );
+    }
+    // A request as the controller's account for a Secret is refused.
+    let denied = server.kubectl(
+        KUBECTL,
+        &["get", "secrets", "-n", "kube-system", "--as", rs],
+    );
+    assert!(!denied.status.success());
+    assert!(
+        String::from_utf8_lossy(&denied.stderr).contains("cannot list resource \"secrets\""),
+        "{}",
+        String::from_utf8_lossy(&denied.stderr)
+    );
+}

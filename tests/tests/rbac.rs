@@ -187,12 +187,12 @@ fn view_in_one_namespace(storage: &str, version: &'static str) {
         stdout.contains("selfsubjectaccessreviews.authorization.k8s.io"),
         "{stdout}"
     );
-    // Who alice is (SelfSubjectReview v1). kubectl 1.27 asks for the beta, which upstream 1.33
-    // no longer serves either: its session asks with 1.30 and 1.33 instead.
+    // Who alice is: SelfSubjectReview v1 (1.28+) or v1beta1 (kubectl 1.27 asks for the beta).
+    // Each session also asks with 1.27, so the beta is asked on every driver.
     let whoami_versions: &[&str] = if version == "1.27" {
-        &["1.30", "1.33"]
+        &["1.27"]
     } else {
-        &[version]
+        &[version, "1.27"]
     };
     for whoami_version in whoami_versions {
         let output = server

@@ -1,7 +1,7 @@
 //! Auditing, as upstream's apiserver does it: each request is judged by the audit policy
 //! (policy.rs) and, at a level above `None`, written as `audit.k8s.io/v1` `Event`s — one per
-//! stage (`RequestReceived`, `ResponseStarted` for watches, `ResponseComplete`) unless the
-//! policy omits it — to a rotated JSON-lines log (sink.rs). `Metadata` records who did what to
+//! stage (`RequestReceived`, `ResponseStarted` for watches, `ResponseComplete`, `Panic` when a
+//! handler panics) unless the policy omits it — to a rotated JSON-lines log (sink.rs). `Metadata` records who did what to
 //! which object and how it ended; `Request` adds the request body, `RequestResponse` the
 //! response's. The HTTP side (http/audit.rs) gathers what an event needs.
 
@@ -99,6 +99,10 @@ pub struct Event {
 }
 
 fn user_json(user: &UserInfo) -> Value {
+    // Nobody was authenticated (a failed authentication): an empty user, as upstream's.
+    if user.name.is_empty() {
+        return json!({});
+    }
     let mut out = json!({"username": user.name, "groups": user.groups});
     if !user.uid.is_empty() {
         out["uid"] = json!(user.uid);

@@ -1,7 +1,9 @@
 //! The audit filter: after authentication, judges each request by the audit policy and writes
 //! its events (see `crate::audit`). The policy sees the authenticated user; when the request
 //! impersonates, the event records both (`user` and `impersonatedUser`). Bodies are read only at
-//! the levels that log them; a watch's `ResponseComplete` is written when its stream ends.
+//! the levels that log them; a watch's `ResponseComplete` is written when its stream ends. A
+//! handler's panic is written at the `Panic` stage; a request whose credentials fail is written
+//! by the authentication filter (`unauthenticated`), with no user.
 
 use std::sync::Arc;
 
@@ -9,7 +11,7 @@ use axum::body::{to_bytes, Body};
 use axum::extract::{ConnectInfo, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use serde_json::{json, Value};
 
 use super::{AppState, AuditId, Caller, Requester};
@@ -45,16 +47,24 @@ fn as_json(headers: &http::HeaderMap, bytes: &[u8]) -> Option<Value> {
         .map(|decoded| decoded.value)
 }
 
-pub async fn audit(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let Some(auditor) = state.auditor.clone() else {
-        return next.run(request).await;
-    };
+/// A request's event as the policy judges it, before the handler runs.
+struct Started {
+    decision: Decision,
+    event: Event,
+    /// A watch or a kubelet stream: audited as it ends, its body never read.
+    is_watch: bool,
+}
+
+/// Judges `request` by `user` (acting as `impersonated`, if it impersonates) and starts its
+/// event; `None` when the policy does not audit it.
+fn start(
+    state: &AppState,
+    auditor: &Auditor,
+    request: &Request,
+    user: UserInfo,
+    impersonated: Option<UserInfo>,
+) -> Option<Started> {
     let extensions = request.extensions();
-    let acting = extensions
-        .get::<Caller>()
-        .map(|caller| caller.0.clone())
-        .unwrap_or_else(UserInfo::anonymous);
-    let requester = extensions.get::<Requester>().map(|r| r.0.clone());
     let audit_id = extensions
         .get::<AuditId>()
         .map(|id| id.0.clone())
@@ -63,12 +73,11 @@ pub async fn audit(State(state): State<AppState>, request: Request, next: Next) 
         .get::<ConnectInfo<std::net::SocketAddr>>()
         .map(|info| vec![info.0.ip().to_string()])
         .unwrap_or_default();
-    let method = request.method().clone();
-    let uri = request.uri().clone();
-    let user = requester.clone().unwrap_or_else(|| acting.clone());
+    let method = request.method();
+    let uri = request.uri();
     let query = Query::parse(uri.query());
     let parsed = request::parse_path(
-        &method,
+        method,
         uri.path(),
         &query,
         &state.registry.custom().served(),
@@ -89,14 +98,12 @@ pub async fn audit(State(state): State<AppState>, request: Request, next: Next) 
         path: uri.path(),
     });
     if decision.level == Level::None {
-        return next.run(request).await;
+        return None;
     }
-    // A watch's stream, and a kubelet's (logs, exec, …), is audited as it ends, never read.
     let is_watch = info.is_some_and(|info| {
         info.verb == Verb::Watch || super::kubelet_proxy::is_long_running(info)
     });
-    let object_ref = info.map(object_ref);
-    let mut event = Event {
+    let event = Event {
         audit_id,
         request_uri: uri
             .path_and_query()
@@ -104,7 +111,7 @@ pub async fn audit(State(state): State<AppState>, request: Request, next: Next) 
             .unwrap_or_default(),
         verb,
         user,
-        impersonated: requester.map(|_| acting),
+        impersonated,
         source_ips,
         user_agent: request
             .headers()
@@ -112,13 +119,40 @@ pub async fn audit(State(state): State<AppState>, request: Request, next: Next) 
             .and_then(|value| value.to_str().ok())
             .unwrap_or("")
             .to_string(),
-        object_ref,
+        object_ref: info.map(object_ref),
         request_received: audit::timestamp(),
         ..Event::default()
     };
+    Some(Started {
+        decision,
+        event,
+        is_watch,
+    })
+}
+
+pub async fn audit(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let Some(auditor) = state.auditor.clone() else {
+        return next.run(request).await;
+    };
+    let extensions = request.extensions();
+    let acting = extensions
+        .get::<Caller>()
+        .map(|caller| caller.0.clone())
+        .unwrap_or_else(UserInfo::anonymous);
+    let requester = extensions.get::<Requester>().map(|r| r.0.clone());
+    let user = requester.clone().unwrap_or_else(|| acting.clone());
+    let impersonated = requester.map(|_| acting);
+    let Some(Started {
+        decision,
+        mut event,
+        is_watch,
+    }) = start(&state, &auditor, &request, user, impersonated)
+    else {
+        return next.run(request).await;
+    };
     let mut request = request;
     let writes = matches!(
-        method,
+        *request.method(),
         http::Method::POST | http::Method::PUT | http::Method::PATCH | http::Method::DELETE
     );
     if decision.level >= Level::Request && writes {
@@ -130,8 +164,73 @@ pub async fn audit(State(state): State<AppState>, request: Request, next: Next) 
         request = Request::from_parts(parts, Body::from(bytes));
     }
     auditor.emit(&decision, &event, Stage::RequestReceived);
-    let response = next.run(request).await;
+    let response = recording_panics(&auditor, &decision, &mut event, next.run(request)).await;
     complete(auditor, decision, event, is_watch, response).await
+}
+
+/// Runs the rest of the chain; a panic there is written at the `Panic` stage (as a 500, as
+/// upstream's audit filter does) and unwinds on to the recovery filter, which answers the 500.
+async fn recording_panics(
+    auditor: &Auditor,
+    decision: &Decision,
+    event: &mut Event,
+    rest: impl std::future::Future<Output = Response>,
+) -> Response {
+    match std::panic::AssertUnwindSafe(rest).catch_unwind().await {
+        Ok(response) => response,
+        Err(panic) => {
+            event.response_status = Some(json!({"metadata": {}, "status": "Failure",
+                "reason": "InternalError", "code": 500,
+                "message": format!("APIServer panic'd: {}", super::panic_message(panic.as_ref()))}));
+            auditor.emit(decision, event, Stage::Panic);
+            std::panic::resume_unwind(panic)
+        }
+    }
+}
+
+/// Answers a request whose credentials failed with a 401, and writes its `ResponseComplete`
+/// event (the user empty, as upstream's failed-authentication audit: nobody was
+/// authenticated) when the policy audits such a request.
+pub fn unauthenticated(state: &AppState, request: &Request) -> Response {
+    let response = ApiError::unauthorized().into_response();
+    let Some(auditor) = &state.auditor else {
+        return response;
+    };
+    if let Some(Started {
+        decision,
+        mut event,
+        ..
+    }) = start(state, auditor, request, UserInfo::default(), None)
+    {
+        event.response_status = Some(json!({"metadata": {}, "status": "Failure",
+            "reason": "Unauthorized", "code": 401,
+            "message": format!("Authentication failed, attempted: {}", attempted(request))}));
+        auditor.emit(&decision, &event, Stage::ResponseComplete);
+    }
+    response
+}
+
+/// The credentials a request offered, as upstream's failed-authentication event names them.
+fn attempted(request: &Request) -> String {
+    let mut methods = Vec::new();
+    if request
+        .extensions()
+        .get::<crate::tls::PeerCertificates>()
+        .is_some_and(|certificates| !certificates.0.is_empty())
+    {
+        methods.push("certificate");
+    }
+    let authorization = request
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or("");
+    if authorization.len() >= 7 && authorization[..7].eq_ignore_ascii_case("bearer ") {
+        methods.push("bearer");
+    } else if authorization.len() >= 6 && authorization[..6].eq_ignore_ascii_case("basic ") {
+        methods.push("basic");
+    }
+    methods.join(", ")
 }
 
 /// The policy's view of a resource request.
@@ -221,4 +320,71 @@ async fn complete(
     }
     auditor.emit(&decision, &event, Stage::ResponseComplete);
     Response::from_parts(parts, Body::from(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::{AuditConfig, Rotation};
+
+    #[tokio::test]
+    async fn a_handler_panic_is_written_at_the_panic_stage_and_unwinds_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("audit.log");
+        let auditor = Auditor::open(&AuditConfig {
+            policy_file: None,
+            log_path: log.clone(),
+            rotation: Rotation::default(),
+        })
+        .unwrap();
+        let user = UserInfo {
+            name: "alice".into(),
+            ..UserInfo::default()
+        };
+        let decision = auditor.policy.decide(&Subject {
+            user: &user.name,
+            groups: &user.groups,
+            verb: "get",
+            resource: None,
+            path: "/api/v1/pods",
+        });
+        let mut event = Event {
+            audit_id: "an-id".into(),
+            verb: "get".into(),
+            user,
+            ..Event::default()
+        };
+        let rest = async { panic!("boom") };
+        let outcome =
+            std::panic::AssertUnwindSafe(recording_panics(&auditor, &decision, &mut event, rest))
+                .catch_unwind()
+                .await;
+        assert!(outcome.is_err(), "the panic goes on to the recovery filter");
+        let text = std::fs::read_to_string(&log).unwrap();
+        let events: Vec<Value> = text
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        assert_eq!(events.len(), 1, "{text}");
+        assert_eq!(events[0]["stage"], "Panic");
+        assert_eq!(events[0]["auditID"], "an-id");
+        assert_eq!(events[0]["user"]["username"], "alice");
+        assert_eq!(events[0]["responseStatus"]["code"], 500);
+        assert_eq!(events[0]["responseStatus"]["reason"], "InternalError");
+        assert_eq!(
+            events[0]["responseStatus"]["message"],
+            "APIServer panic'd: boom"
+        );
+    }
+
+    #[test]
+    fn a_panic_message_is_its_text() {
+        let caught = std::panic::catch_unwind(|| panic!("with {}", "words")).unwrap_err();
+        assert_eq!(super::super::panic_message(caught.as_ref()), "with words");
+        let caught = std::panic::catch_unwind(|| std::panic::panic_any(7_u8)).unwrap_err();
+        assert_eq!(
+            super::super::panic_message(caught.as_ref()),
+            "a panic without a message"
+        );
+    }
 }

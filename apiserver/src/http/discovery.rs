@@ -13,7 +13,7 @@ use crate::crd::Served;
 fn all_groups(custom: &Served) -> Vec<(&'static str, Vec<&'static str>)> {
     let mut groups: Vec<(&'static str, Vec<&'static str>)> = catalog::groups()
         .into_iter()
-        .map(|group| (group, catalog::version_of(group).into_iter().collect()))
+        .map(|group| (group, catalog::versions_of(group)))
         .collect();
     for group in &custom.groups {
         if !groups.iter().any(|(name, _)| *name == group.name) {

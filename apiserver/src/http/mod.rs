@@ -33,6 +33,7 @@ use axum::extract::{ConnectInfo, MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use futures::FutureExt;
 use tracing::Instrument;
 
 use crate::authn::service_account::ServiceAccountTokens;
@@ -192,10 +193,10 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
     let requester = match user {
         Ok(Some(user)) => user,
         Ok(None) if state.authenticator.allows_anonymous() => UserInfo::anonymous(),
-        Ok(None) => return ApiError::unauthorized().into_response(),
+        Ok(None) => return audit::unauthenticated(&state, &request),
         Err(error) => {
             tracing::debug!(%error, "authentication failed");
-            return ApiError::unauthorized().into_response();
+            return audit::unauthenticated(&state, &request);
         }
     };
     let user = match impersonation::resolve(
@@ -278,6 +279,17 @@ fn method_label(method: &http::Method) -> &'static str {
     }
 }
 
+/// What a caught panic carried, as text.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = panic.downcast_ref::<&str>() {
+        (*text).to_string()
+    } else if let Some(text) = panic.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "a panic without a message".to_string()
+    }
+}
+
 /// What a handler reports about the request, for the span and the metrics.
 #[derive(Clone, Debug, Default)]
 pub struct RequestLabels {
@@ -319,7 +331,22 @@ async fn observe(State(state): State<AppState>, mut request: Request, next: Next
         status = tracing::field::Empty,
         latency_ms = tracing::field::Empty,
     );
-    let mut response: Response<Body> = next.run(request).instrument(span.clone()).await;
+    let served = std::panic::AssertUnwindSafe(next.run(request).instrument(span.clone()))
+        .catch_unwind()
+        .await;
+    let mut response: Response<Body> = match served {
+        Ok(response) => response,
+        // As upstream's panic recovery: logged, and the client gets a 500.
+        Err(panic) => {
+            span.in_scope(
+                || tracing::error!(panic = %panic_message(panic.as_ref()), "a handler panicked"),
+            );
+            ApiError::internal(
+                "This request caused apiserver to panic. Look in the logs for details.",
+            )
+            .into_response()
+        }
+    };
     if let Ok(value) = http::HeaderValue::from_str(&audit_id) {
         response.headers_mut().insert("audit-id", value);
     }

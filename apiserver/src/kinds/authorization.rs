@@ -165,6 +165,23 @@ pub const SELF_SUBJECT_REVIEWS: ResourceInfo = review!(
     )))
 );
 
+/// authentication.k8s.io/v1beta1 SelfSubjectReview: the same question as v1, asked by kubectl
+/// 1.27 (which tries v1beta1, then v1alpha1) and by clients of 1.27 and 1.28 libraries. Served
+/// beside v1, which stays the group's preferred version.
+pub const SELF_SUBJECT_REVIEWS_V1BETA1: ResourceInfo = review!(
+    "authentication.k8s.io",
+    "v1beta1",
+    "SelfSubjectReview",
+    "selfsubjectreviews",
+    "selfsubjectreview",
+    false,
+    Answerer::Now(|_, asker, _, object| Ok(reviews::review_identity(
+        asker,
+        object,
+        "authentication.k8s.io/v1beta1"
+    )))
+);
+
 /// authentication.k8s.io/v1 TokenReview: whose is this token?
 pub const TOKEN_REVIEWS: ResourceInfo = review!(
     "authentication.k8s.io",

@@ -92,11 +92,13 @@ pub async fn bootstrap(registry: &Registry, apiserver_port: u16, advertise: &str
         };
         // Reconciled as upstream does at start: what the default grants is added back unless
         // the object opts out (`rbac.authorization.kubernetes.io/autoupdate: "false"`); what
-        // was added to it stays.
-        if reconciled(&stored.object, &object).is_some() {
+        // was added to it stays, but for what an earlier Rudder's default granted and this
+        // one retires.
+        let retired = defaults::retired(info.plural, &name);
+        if reconciled(&stored.object, &object, &retired).is_some() {
             registry
                 .update_with(info, namespace, &name, None, &write, |current| {
-                    Ok(reconciled(current, &object).unwrap_or_else(|| current.clone()))
+                    Ok(reconciled(current, &object, &retired).unwrap_or_else(|| current.clone()))
                 })
                 .await?;
             tracing::info!(kind = info.kind, name, "reconciled a default RBAC object");
@@ -263,9 +265,10 @@ async fn default_storage_class(registry: &Registry, write: &Write) -> Result<()>
     Ok(())
 }
 
-/// `current` with what `default` grants added (rules of a role, subjects of a binding), or
-/// `None` when nothing is missing or the object opts out of updates.
-fn reconciled(current: &Value, default: &Value) -> Option<Value> {
+/// `current` with what `default` grants added (rules of a role, subjects of a binding) and
+/// what is `retired` (either) removed, or `None` when nothing changes or the object opts out
+/// of updates.
+fn reconciled(current: &Value, default: &Value, retired: &[Value]) -> Option<Value> {
     let opted_out = current["metadata"]["annotations"]
         ["rbac.authorization.kubernetes.io/autoupdate"]
         == "false";
@@ -275,6 +278,11 @@ fn reconciled(current: &Value, default: &Value) -> Option<Value> {
     let mut updated = current.clone();
     let mut changed = false;
     for list in ["rules", "subjects"] {
+        if let Some(items) = updated[list].as_array_mut() {
+            let before = items.len();
+            items.retain(|item| !retired.contains(item));
+            changed |= items.len() != before;
+        }
         for wanted in default[list].as_array().into_iter().flatten() {
             let held = updated[list]
                 .as_array()
@@ -415,15 +423,25 @@ mod tests {
         let default =
             json!({"rules": [{"verbs": ["get"], "resources": ["pods"], "apiGroups": [""]}]});
         let trimmed = json!({"metadata": {"name": "view"}, "rules": []});
-        let restored = reconciled(&trimmed, &default).expect("a rule to add");
+        let restored = reconciled(&trimmed, &default, &[]).expect("a rule to add");
         assert_eq!(restored["rules"], default["rules"]);
         // What a user added stays; nothing missing, nothing to write.
         let extended = json!({"metadata": {"name": "view"}, "rules": [
             {"verbs": ["get"], "resources": ["pods"], "apiGroups": [""]},
             {"verbs": ["list"], "resources": ["widgets"], "apiGroups": ["x.io"]}]});
-        assert!(reconciled(&extended, &default).is_none());
+        assert!(reconciled(&extended, &default, &[]).is_none());
         let opted_out = json!({"metadata": {"name": "view", "annotations": {
             "rbac.authorization.kubernetes.io/autoupdate": "false"}}, "rules": []});
-        assert!(reconciled(&opted_out, &default).is_none());
+        assert!(reconciled(&opted_out, &default, &[]).is_none());
+        // What an earlier default granted and this one retires goes; the rest stays.
+        let old = json!({"verbs": ["create"], "resources": ["pods"], "apiGroups": [""]});
+        let mut upgraded = extended.clone();
+        upgraded["rules"].as_array_mut().unwrap().push(old.clone());
+        let narrowed =
+            reconciled(&upgraded, &default, std::slice::from_ref(&old)).expect("a rule to retire");
+        assert_eq!(narrowed["rules"], extended["rules"]);
+        let mut kept = opted_out.clone();
+        kept["rules"] = json!([old.clone()]);
+        assert!(reconciled(&kept, &default, &[old]).is_none());
     }
 }

@@ -3,12 +3,15 @@
 //! authenticated, the self-reviews, and the user-facing `admin`, `edit` and `view` built by
 //! aggregation from `system:aggregate-to-*` (so a CRD's roles can join them by label), and the
 //! control-plane components' identities (the controller-manager's here, the scheduler's in
-//! [`scheduler`]). Each is created when missing, labelled `kubernetes.io/bootstrapping:
+//! [`scheduler`], the nodes' and the service proxy's in [`nodes`], each controller's own in
+//! [`controllers`]). Each is created when missing, labelled `kubernetes.io/bootstrapping:
 //! rbac-defaults` and annotated `rbac.authorization.kubernetes.io/autoupdate: "true"`.
 
 use serde_json::{json, Value};
 
 mod certificates;
+pub mod controllers;
+mod nodes;
 mod scheduler;
 
 const READ: &[&str] = &["get", "list", "watch"];
@@ -66,6 +69,8 @@ pub fn cluster_roles() -> Vec<Value> {
     let mut roles = own_cluster_roles();
     roles.extend(scheduler::cluster_roles());
     roles.extend(certificates::cluster_roles());
+    roles.extend(nodes::cluster_roles());
+    roles.extend(controllers::cluster_roles());
     roles
 }
 
@@ -168,63 +173,43 @@ fn own_cluster_roles() -> Vec<Value> {
                 ),
             ],
         ),
-        // Rudder's controller-manager identity: what its controllers need together (upstream
-        // splits this among one ServiceAccount per controller). No Secret or RBAC creation, no
-        // impersonation, no escalation.
+        // The controller-manager's own identity, as upstream's: its shared informers, its
+        // Lease, events, and making its controllers' ServiceAccounts and their tokens (each
+        // controller then works as its account, held to `system:controller:<account>`), and
+        // the tokens controller's Secrets. Nothing a controller writes.
         cluster_role(
-            "system:kube-controller-manager",
+            crate::server::CONTROLLER_MANAGER_USER,
             &[],
             vec![
                 rule(
-                    &["*"],
-                    &["*"],
-                    &[
-                        "get",
-                        "list",
-                        "watch",
-                        "update",
-                        "patch",
-                        "delete",
-                        "deletecollection",
-                    ],
+                    &["", "events.k8s.io"],
+                    &["events"],
+                    &["create", "patch", "update"],
                 ),
+                rule(&["coordination.k8s.io"], &["leases"], &["create"]),
+                named(
+                    &["coordination.k8s.io"],
+                    &["leases"],
+                    &["kube-controller-manager"],
+                    &["get", "update"],
+                ),
+                rule(&[""], &["secrets", "serviceaccounts"], &["create"]),
+                rule(&[""], &["secrets"], &["delete"]),
                 rule(
                     &[""],
-                    &[
-                        "pods",
-                        "events",
-                        "endpoints",
-                        "serviceaccounts",
-                        "configmaps",
-                        "persistentvolumeclaims",
-                        "persistentvolumes",
-                        "serviceaccounts/token",
-                        "pods/eviction",
-                        "pods/binding",
-                    ],
-                    &["create"],
+                    &["configmaps", "namespaces", "secrets", "serviceaccounts"],
+                    &["get"],
                 ),
-                rule(
-                    &["apps"],
-                    &["replicasets", "controllerrevisions"],
-                    &["create"],
-                ),
-                rule(&["batch"], &["jobs"], &["create"]),
-                rule(&["discovery.k8s.io"], &["endpointslices"], &["create"]),
-                rule(&["events.k8s.io"], &["events"], &["create"]),
-                rule(&["coordination.k8s.io"], &["leases"], &["create"]),
-                // The aggregation controller writes what it aggregates.
-                rule(
-                    &["rbac.authorization.k8s.io"],
-                    &["clusterroles"],
-                    &["escalate"],
-                ),
+                rule(&[""], &["secrets", "serviceaccounts"], &["update"]),
                 rule(&["authentication.k8s.io"], &["tokenreviews"], &["create"]),
                 rule(
                     &["authorization.k8s.io"],
                     &["subjectaccessreviews"],
                     &["create"],
                 ),
+                rule(&["*"], &["*"], &["list", "watch"]),
+                rule(&[""], &["serviceaccounts/token"], &["create"]),
+                rule(&["coordination.k8s.io"], &["leasecandidates"], ALL),
             ],
         ),
         cluster_role(
@@ -426,6 +411,77 @@ fn view_rules() -> Vec<Value> {
     ]
 }
 
+/// A rule limited to objects of these names.
+pub(super) fn named(groups: &[&str], resources: &[&str], names: &[&str], verbs: &[&str]) -> Value {
+    let mut limited = rule(groups, resources, verbs);
+    limited["resourceNames"] = json!(names);
+    limited
+}
+
+/// What earlier Rudder versions' defaults granted and these no longer do, by kind (plural) and
+/// name: rules of a role, subjects of a binding. Reconciling at start removes them from the
+/// stored default (unless it opts out of updates), so an upgraded cluster does not keep them.
+pub fn retired(plural: &str, name: &str) -> Vec<Value> {
+    match (plural, name) {
+        // The one identity all controllers shared before each had its own ServiceAccount.
+        ("clusterroles", crate::server::CONTROLLER_MANAGER_USER) => vec![
+            rule(
+                &["*"],
+                &["*"],
+                &[
+                    "get",
+                    "list",
+                    "watch",
+                    "update",
+                    "patch",
+                    "delete",
+                    "deletecollection",
+                ],
+            ),
+            rule(
+                &[""],
+                &[
+                    "pods",
+                    "events",
+                    "endpoints",
+                    "serviceaccounts",
+                    "configmaps",
+                    "persistentvolumeclaims",
+                    "serviceaccounts/token",
+                    "pods/eviction",
+                    "pods/binding",
+                ],
+                &["create"],
+            ),
+            rule(
+                &["apps"],
+                &["replicasets", "controllerrevisions"],
+                &["create"],
+            ),
+            rule(&["batch"], &["jobs"], &["create"]),
+            rule(&["discovery.k8s.io"], &["endpointslices"], &["create"]),
+            rule(&["events.k8s.io"], &["events"], &["create"]),
+            rule(&["coordination.k8s.io"], &["leases"], &["create"]),
+            // The aggregation controller writes what it aggregates.
+            rule(
+                &["rbac.authorization.k8s.io"],
+                &["clusterroles"],
+                &["escalate"],
+            ),
+            rule(&["authentication.k8s.io"], &["tokenreviews"], &["create"]),
+            rule(
+                &["authorization.k8s.io"],
+                &["subjectaccessreviews"],
+                &["create"],
+            ),
+        ],
+        ("clusterrolebindings", "system:controller:certificate-controller") => vec![json!(
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": crate::server::CONTROLLER_MANAGER_USER}
+        )],
+        _ => Vec::new(),
+    }
+}
+
 fn binding(name: &str, role: &str, groups: &[&str]) -> Value {
     let subjects: Vec<Value> = groups
         .iter()
@@ -449,6 +505,8 @@ pub fn cluster_role_bindings() -> Vec<Value> {
     let mut bindings = own_cluster_role_bindings();
     bindings.extend(scheduler::cluster_role_bindings());
     bindings.extend(certificates::cluster_role_bindings());
+    bindings.extend(nodes::cluster_role_bindings());
+    bindings.extend(controllers::cluster_role_bindings());
     bindings
 }
 

@@ -9,7 +9,7 @@
 
 use serde_json::{json, Value};
 
-use super::{binding, cluster_role, metadata, rule, user_binding};
+use super::{binding, cluster_role, metadata, named, rule};
 
 const GROUP: &[&str] = &["certificates.k8s.io"];
 const CSRS: &str = "certificatesigningrequests";
@@ -31,13 +31,6 @@ const SIGNERS: &[&str] = &[
 /// The ConfigMap in kube-public a joining node reads before it trusts the cluster.
 pub const CLUSTER_INFO: &str = "cluster-info";
 const CLUSTER_INFO_READER: &str = "kubeadm:bootstrap-signer-clusterinfo";
-
-/// A rule limited to objects of these names.
-fn named(groups: &[&str], resources: &[&str], names: &[&str], verbs: &[&str]) -> Value {
-    let mut limited = rule(groups, resources, verbs);
-    limited["resourceNames"] = json!(names);
-    limited
-}
 
 /// The approver role of one signer (`system:certificates.k8s.io:<signer's path>-approver`).
 fn approver(signer: &str) -> Value {
@@ -107,17 +100,9 @@ pub fn cluster_roles() -> Vec<Value> {
 }
 
 /// Bootstrap tokens may create requests and have them approved; nodes may renew their own;
-/// the certificate controller holds its role (as its ServiceAccount upstream, and as the
-/// controller-manager's one identity in Rudder).
+/// the certificate controller holds its role (as its ServiceAccount, as upstream's).
 pub fn cluster_role_bindings() -> Vec<Value> {
-    let mut controller = user_binding(
-        CERTIFICATE_CONTROLLER,
-        CERTIFICATE_CONTROLLER,
-        crate::server::CONTROLLER_MANAGER_USER,
-    );
-    if let Some(subjects) = controller["subjects"].as_array_mut() {
-        subjects.push(json!({"kind": "ServiceAccount", "name": "certificate-controller", "namespace": "kube-system"}));
-    }
+    let controller = super::controllers::service_account_binding("certificate-controller");
     vec![
         binding(
             "kubeadm:kubelet-bootstrap",

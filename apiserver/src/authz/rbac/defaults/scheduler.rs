@@ -7,16 +7,9 @@
 
 use serde_json::{json, Value};
 
-use super::{cluster_role, metadata, rule, user_binding, READ};
+use super::{cluster_role, metadata, named, rule, user_binding, READ};
 
 const READ_UPDATE: &[&str] = &["get", "list", "patch", "update", "watch"];
-
-/// A rule limited to objects of these names.
-fn named(groups: &[&str], resources: &[&str], names: &[&str], verbs: &[&str]) -> Value {
-    let mut limited = rule(groups, resources, verbs);
-    limited["resourceNames"] = json!(names);
-    limited
-}
 
 /// `system:kube-scheduler` and `system:volume-scheduler`.
 pub fn cluster_roles() -> Vec<Value> {
@@ -129,12 +122,12 @@ fn in_kube_system(mut metadata: Value) -> Value {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use crate::authz::rbac::{Policy, CLUSTER_ROLES, CLUSTER_ROLE_BINDINGS, ROLES, ROLE_BINDINGS};
     use crate::authz::{Attributes, Decision};
 
     /// Every default object, as the store holds them after bootstrap.
-    fn defaults() -> Policy {
+    pub(in crate::authz::rbac::defaults) fn defaults() -> Policy {
         let mut policy = Policy::default();
         let defaults = super::super::cluster_roles()
             .into_iter()
@@ -164,7 +157,7 @@ mod tests {
         policy
     }
 
-    fn scheduler(
+    pub(in crate::authz::rbac::defaults) fn scheduler(
         verb: &str,
         group: &str,
         resource: &str,
@@ -187,7 +180,10 @@ mod tests {
         }
     }
 
-    fn allowed(policy: &Policy, attributes: &Attributes) -> bool {
+    pub(in crate::authz::rbac::defaults) fn allowed(
+        policy: &Policy,
+        attributes: &Attributes,
+    ) -> bool {
         matches!(policy.decide(attributes), Decision::Allow { .. })
     }
 
