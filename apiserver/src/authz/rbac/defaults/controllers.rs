@@ -203,7 +203,9 @@ fn table() -> Vec<(&'static str, bool, Vec<Value>)> {
                 rule(
                     CORE,
                     &["persistentvolumes"],
-                    &["create", "delete", "get", "list", "patch", "update", "watch"],
+                    &[
+                        "create", "delete", "get", "list", "patch", "update", "watch",
+                    ],
                 ),
                 rule(
                     CORE,
