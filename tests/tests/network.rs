@@ -508,9 +508,12 @@ async fn pods_reach_services_by_name_through_the_agents_proxy_and_dns() {
     .await;
     let pods = ready_web_pods(&kubectl);
     let cluster_ip = kubectl.jsonpath("service", "web", "{.spec.clusterIP}");
-    let by_ip = answers(&kubectl, "client", &cluster_ip, 80, 5);
-    assert_eq!(by_ip.len(), 5, "{by_ip:?}");
-    assert!(by_ip.iter().all(|a| pods.contains(a)), "{by_ip:?}");
+    // One exec is one try: a kubectl exec that fails on its way (not the route) is tried again.
+    until("the cluster IP answers through iptables", 30, || {
+        let by_ip = answers(&kubectl, "client", &cluster_ip, 80, 5);
+        by_ip.len() == 5 && by_ip.iter().all(|a| pods.contains(a))
+    })
+    .await;
     let body = http_get(&address);
     assert!(pods.iter().any(|pod| body.contains(pod.as_str())), "{body}");
     assert_refused_at_once(&kubectl);

@@ -98,6 +98,7 @@ pub fn binder_controller(
         recorder: crate::events::recorder(client, "persistentvolume-controller", identity),
     });
     let class_claims = claims.store.clone();
+    let volume_claims_store = claims.store.clone();
     // Claims: woken by their own changes, by their volume's, and by a class appearing.
     let claim_loop = Controller::for_shared_stream(
         counted(
@@ -107,10 +108,32 @@ pub fn binder_controller(
         ),
         claims.store,
     )
-    .watches_shared_stream(claim_volumes.changes, |volume: Arc<PersistentVolume>| {
-        let reference = volume.spec.as_ref()?.claim_ref.as_ref()?;
-        Some(ObjectRef::new(reference.name.as_deref()?).within(reference.namespace.as_deref()?))
-    })
+    .watches_shared_stream(
+        claim_volumes.changes,
+        move |volume: Arc<PersistentVolume>| {
+            // A volume names its claim; an unclaimed one may suit any unbound claim of its class
+            // (the volume may show up after the claim was first looked at).
+            let spec = volume.spec.as_ref();
+            if let Some(reference) = spec.and_then(|s| s.claim_ref.as_ref()) {
+                return match (reference.name.as_deref(), reference.namespace.as_deref()) {
+                    (Some(name), Some(namespace)) => vec![ObjectRef::new(name).within(namespace)],
+                    _ => Vec::new(),
+                };
+            }
+            let class = spec
+                .and_then(|s| s.storage_class_name.clone())
+                .unwrap_or_default();
+            volume_claims_store
+                .state()
+                .iter()
+                .filter(|c| {
+                    claim_class(c) == class
+                        && c.spec.as_ref().is_some_and(|s| s.volume_name.is_none())
+                })
+                .map(|c| ObjectRef::from_obj(c.as_ref()))
+                .collect::<Vec<_>>()
+        },
+    )
     .watches_shared_stream(classes.changes, move |class: Arc<StorageClass>| {
         let name = class.name_any();
         class_claims
@@ -172,6 +195,9 @@ pub fn binder_controller(
     .boxed()
 }
 
+/// How often a pending claim is looked at again (upstream's `--pvclaimbinder-sync-period`).
+const CLAIM_SYNC_PERIOD: std::time::Duration = std::time::Duration::from_secs(15);
+
 /// One claim's sync.
 pub async fn sync_claim(
     claim: Arc<PersistentVolumeClaim>,
@@ -193,6 +219,8 @@ pub async fn sync_claim(
                 context.note(claim.as_ref(), &note).await;
             }
             binder::set_claim_phase(&context.client, &claim, "Pending", None).await?;
+            // Looked at again after upstream's claim sync period, whatever changes meanwhile.
+            return Ok(Action::requeue(CLAIM_SYNC_PERIOD));
         }
         ClaimStep::Lost(note) => {
             context.note(claim.as_ref(), &note).await;
