@@ -42,20 +42,8 @@ pub struct ApiBenchArgs {
     /// `-nocache` suffix (`sqlite-nocache`) runs that driver with --watch-cache=false.
     #[arg(long, default_value = "sqlite,postgres,etcd", value_delimiter = ',')]
     subjects: Vec<String>,
-    /// etcd client endpoint (HOST:PORT) for the etcd subject.
-    #[arg(
-        long,
-        env = "RUDDER_BENCH_ETCD_ENDPOINT",
-        default_value = "127.0.0.1:2379"
-    )]
-    etcd_endpoint: String,
-    /// PostgreSQL URL for the postgres subject; the bench works in a schema of its own.
-    #[arg(
-        long,
-        env = "RUDDER_BENCH_POSTGRES_URL",
-        default_value = "postgres://postgres@127.0.0.1:5432/postgres"
-    )]
-    postgres_url: String,
+    #[command(flatten)]
+    backends: BackendArgs,
     /// Write results.json into this directory.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -287,6 +275,34 @@ async fn close_all(servers: Vec<Server>) {
     }
 }
 
+/// The servers the postgres and etcd subjects use, as flags (shared by the benches).
+#[derive(clap::Args)]
+pub struct BackendArgs {
+    /// etcd client endpoint (HOST:PORT) for the etcd subject.
+    #[arg(
+        long,
+        env = "RUDDER_BENCH_ETCD_ENDPOINT",
+        default_value = "127.0.0.1:2379"
+    )]
+    pub etcd_endpoint: String,
+    /// PostgreSQL URL for the postgres subject; the bench works in a schema of its own.
+    #[arg(
+        long,
+        env = "RUDDER_BENCH_POSTGRES_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/postgres"
+    )]
+    pub postgres_url: String,
+}
+
+impl BackendArgs {
+    pub(super) fn backends(&self) -> Backends<'_> {
+        Backends {
+            postgres_url: &self.postgres_url,
+            etcd_endpoint: &self.etcd_endpoint,
+        }
+    }
+}
+
 /// Where the subjects' servers keep their data.
 pub(super) struct Backends<'a> {
     pub postgres_url: &'a str,
@@ -321,10 +337,7 @@ pub(super) fn storage_url(
 
 async fn open(name: &str, args: &ApiBenchArgs, tag: &str, clients: usize) -> Result<Server> {
     let dir = std::env::temp_dir().join(format!("rudder-bench-api-{tag}-{name}"));
-    let backends = Backends {
-        postgres_url: &args.postgres_url,
-        etcd_endpoint: &args.etcd_endpoint,
-    };
+    let backends = args.backends.backends();
     // `<driver>-nocache`: the same driver with --watch-cache=false.
     let (driver, watch_cache, store_tag) = match name.strip_suffix("-nocache") {
         Some(driver) => (driver, false, format!("api_{tag}_nocache")),

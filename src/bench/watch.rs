@@ -28,7 +28,7 @@ use kube::{Api, Client};
 use serde_json::json;
 use tokio::task::JoinSet;
 
-use super::api::{cleanup, concise, concurrently, pod, storage_url, Backends};
+use super::api::{cleanup, concise, concurrently, pod, storage_url, BackendArgs};
 use super::kubelet::usage;
 
 /// Where the pods go.
@@ -47,18 +47,8 @@ pub struct WatchBenchArgs {
         value_delimiter = ','
     )]
     subjects: Vec<String>,
-    #[arg(
-        long,
-        env = "RUDDER_BENCH_ETCD_ENDPOINT",
-        default_value = "127.0.0.1:2379"
-    )]
-    etcd_endpoint: String,
-    #[arg(
-        long,
-        env = "RUDDER_BENCH_POSTGRES_URL",
-        default_value = "postgres://postgres@127.0.0.1:5432/postgres"
-    )]
-    postgres_url: String,
+    #[command(flatten)]
+    backends: BackendArgs,
     /// Pods in the namespace the watchers watch.
     #[arg(long, default_value_t = 10_000)]
     pods: usize,
@@ -171,10 +161,7 @@ impl Server {
         };
         let dir = std::env::temp_dir().join(format!("rudder-bench-watch-{tag}-{subject}"));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let backends = Backends {
-            postgres_url: &args.postgres_url,
-            etcd_endpoint: &args.etcd_endpoint,
-        };
+        let backends = args.backends.backends();
         let store_tag = format!("watch_{tag}_{}", subject.replace('-', "_"));
         let url = storage_url(driver, &backends, &store_tag, &dir)?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
