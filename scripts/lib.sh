@@ -122,6 +122,36 @@ rudder_stop_postgres() {
   return 0
 }
 
+# Finds the MySQL/MariaDB to test the mysql driver against: the one answering on
+# 127.0.0.1:3306 as root with an empty password; else installs mariadb-server, starts it and
+# lets root in from 127.0.0.1 without a password (Debian's root authenticates by unix socket
+# only). It is the machine's service, left running. Sets RUDDER_MYSQL_URL.
+rudder_start_mysql() {
+  local client=mariadb
+  command -v mariadb >/dev/null 2>&1 || client=mysql
+  if command -v "$client" >/dev/null 2>&1 &&
+    "$client" -h 127.0.0.1 -P 3306 -u root -e 'select 1' >/dev/null 2>&1; then
+    RUDDER_MYSQL_URL="mysql://root@127.0.0.1:3306/test"
+    "$client" -h 127.0.0.1 -P 3306 -u root -e 'create database if not exists test' >/dev/null
+    echo "==> using the MariaDB/MySQL on 127.0.0.1:3306"
+    return 0
+  fi
+  rudder_install_packages mariadb-server mariadb-client
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo service mariadb start >/dev/null 2>&1 || $sudo service mysql start >/dev/null
+  for _ in $(seq 1 100); do
+    $sudo mariadb -u root -e 'select 1' >/dev/null 2>&1 && break
+    sleep 0.2
+  done
+  $sudo mariadb -u root -e "create user if not exists 'root'@'127.0.0.1' identified by '';
+    grant all privileges on *.* to 'root'@'127.0.0.1' with grant option;
+    create database if not exists test" >/dev/null
+  mariadb -h 127.0.0.1 -P 3306 -u root -e 'select 1' >/dev/null
+  RUDDER_MYSQL_URL="mysql://root@127.0.0.1:3306/test"
+  echo "==> started the machine's MariaDB on 127.0.0.1:3306"
+}
+
 # Cargo builds go to a target dir outside the clone, so CI runs reuse earlier builds.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/rudder-target}"
 # CI builds a fresh clone, whose crates never reuse incremental state: skip writing it.

@@ -34,7 +34,7 @@ use workloads::{Params, Workload};
 #[derive(clap::Args)]
 pub struct StorageBenchArgs {
     /// Subjects to measure, comma-separated: sqlite, sqlite-normal, postgres, postgres-pair,
-    /// etcd (the reference), gateway-<driver>.
+    /// mysql, mysql-pair, etcd (the reference), gateway-<driver>.
     #[arg(long, default_value = "sqlite,postgres,etcd", value_delimiter = ',')]
     subjects: Vec<String>,
     /// Workloads to run, comma-separated, in this order.
@@ -59,6 +59,14 @@ pub struct StorageBenchArgs {
         default_value = "postgres://postgres@127.0.0.1:5432/postgres"
     )]
     postgres_url: String,
+    /// MySQL/MariaDB URL for the mysql subjects; they work in databases of their own
+    /// (`rudder_bench`, `rudder_bench_pair`), created when missing.
+    #[arg(
+        long,
+        env = "RUDDER_BENCH_MYSQL_URL",
+        default_value = "mysql://root@127.0.0.1:3306/test"
+    )]
+    mysql_url: String,
     /// Write results.json, results.csv and charts (PNG and SVG) into this directory.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -160,6 +168,7 @@ pub async fn run(args: StorageBenchArgs) -> Result<()> {
         tag: format!("{:08x}", rand::random::<u32>()),
         etcd_endpoint: args.etcd_endpoint.clone(),
         postgres_url: args.postgres_url.clone(),
+        mysql_url: args.mysql_url.clone(),
     };
     let subjects = subjects::open_all(&args.subjects, &options).await?;
     let outcome = tokio::select! {

@@ -1,7 +1,8 @@
 //! The subjects a storage benchmark measures. A subject is a name, an open
 //! `Arc<dyn Storage>` and a cleanup that runs once at the end (close the store, wipe what it
-//! wrote, stop whatever was started for it). `sqlite`, `postgres` and `etcd` are Rudder's
-//! drivers opened by URL (`sqlite-normal` is SQLite with `synchronous=normal`); `etcd` (real etcd through Rudder's etcd driver) is the reference the
+//! wrote, stop whatever was started for it). `sqlite`, `postgres`, `mysql` and `etcd` are
+//! Rudder's drivers opened by URL (`sqlite-normal` is SQLite with `synchronous=normal`;
+//! `postgres-pair` and `mysql-pair` watch through a second store on the same database); `etcd` (real etcd through Rudder's etcd driver) is the reference the
 //! report divides by. A new kind of subject (the etcd gateway serving a driver, say) is one more
 //! arm in [`open`] that starts its server and returns a [`Subject`] whose cleanup stops it.
 
@@ -23,6 +24,8 @@ pub struct Options {
     pub tag: String,
     pub etcd_endpoint: String,
     pub postgres_url: String,
+    /// A MySQL/MariaDB server URL; the subjects use databases of their own on it.
+    pub mysql_url: String,
 }
 
 /// One store under test.
@@ -109,20 +112,11 @@ async fn open(name: &str, options: &Options) -> Result<Subject> {
             let base = &options.postgres_url;
             let separator = if base.contains('?') { '&' } else { '?' };
             let url = format!("{base}{separator}schema=rudder_bench_{tag}pair&compact_interval=0");
-            let mut subject = driver(name, url.clone(), None).await?;
-            let watcher = match rudder_storage::open(&url).await {
-                Ok(watcher) => watcher,
-                Err(error) => {
-                    let _ = subject.close().await;
-                    return Err(error).context("opening the second postgres store");
-                }
-            };
-            subject.store = Arc::new(SplitStore {
-                writer: subject.store.clone(),
-                watcher,
-            });
-            Ok(subject)
+            pair(name, url).await
         }
+        "mysql" => driver(name, mysql_url(options, ""), None).await,
+        // As postgres-pair; the second store finds the first one's commits by polling the log.
+        "mysql-pair" => pair(name, mysql_url(options, "_pair")).await,
         gateway if gateway.starts_with("gateway-") => {
             let inner_name = &gateway["gateway-".len()..];
             if inner_name.starts_with("gateway-") {
@@ -133,14 +127,53 @@ async fn open(name: &str, options: &Options) -> Result<Subject> {
                 tag: format!("{}gw", options.tag),
                 etcd_endpoint: options.etcd_endpoint.clone(),
                 postgres_url: options.postgres_url.clone(),
+                mysql_url: options.mysql_url.clone(),
             };
             let inner = Box::pin(open(inner_name, &apart)).await?;
             behind_gateway(gateway, inner).await
         }
         other => bail!(
-            "unknown subject {other:?}: use sqlite, sqlite-normal, postgres, postgres-pair, etcd, or gateway-<driver> (e.g. gateway-sqlite)"
+            "unknown subject {other:?}: use sqlite, sqlite-normal, postgres, postgres-pair, mysql, mysql-pair, etcd, or gateway-<driver> (e.g. gateway-sqlite)"
         ),
     }
+}
+
+/// The URL of a MySQL subject's database: one name per subject kind, not per run (the
+/// driver creates it, the cleanup drops Rudder's tables in it), so runs leave no databases.
+fn mysql_url(options: &Options, suffix: &str) -> String {
+    let (without_query, query) = options
+        .mysql_url
+        .split_once('?')
+        .unwrap_or((options.mysql_url.as_str(), ""));
+    let authority = without_query
+        .strip_prefix("mysql://")
+        .unwrap_or(without_query);
+    let server = authority.split('/').next().unwrap_or(authority);
+    let gateway = if options.tag.ends_with("gw") {
+        "_gw"
+    } else {
+        ""
+    };
+    let separator = if query.is_empty() { "" } else { "&" };
+    format!("mysql://{server}/rudder_bench{gateway}{suffix}?{query}{separator}compact_interval=0")
+}
+
+/// Two stores on the database `url` names: `name` writes and reads through the first and
+/// watches through the second.
+async fn pair(name: &str, url: String) -> Result<Subject> {
+    let mut subject = driver(name, url.clone(), None).await?;
+    let watcher = match rudder_storage::open(&url).await {
+        Ok(watcher) => watcher,
+        Err(error) => {
+            let _ = subject.close().await;
+            return Err(error).with_context(|| format!("opening the second {name} store"));
+        }
+    };
+    subject.store = Arc::new(SplitStore {
+        writer: subject.store.clone(),
+        watcher,
+    });
+    Ok(subject)
 }
 
 /// `inner` served by Rudder's etcd gateway on a free local port, measured through the same etcd

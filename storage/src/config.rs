@@ -4,6 +4,8 @@
 //!   `sqlite:///abs/path` is absolute; `full`, the default, syncs every commit to disk);
 //! - `postgres://user:pass@host:port/db?sslmode=verify-full&sslrootcert=ca.pem&schema=NAME&max_connections=N&connect_timeout=SECS&statement_timeout=MS`
 //!   (`postgresql://` too; every parameter sqlx understands is passed through);
+//! - `mysql://user:pass@host:port/db?ssl-mode=VERIFY_IDENTITY&ssl-ca=ca.pem&max_connections=N&connect_timeout=SECS&poll_interval=25ms`
+//!   (MySQL or MariaDB; every parameter sqlx understands is passed through);
 //! - `etcd://host:port[,host:port…][/key-prefix][?connect_timeout=SECS]`.
 //!
 //! Every driver also takes `compact_interval` (like `5m`, `30s`, `0` for off; default 5m: each
@@ -37,6 +39,7 @@ pub struct StorageConfig {
 pub enum DriverConfig {
     Sqlite(SqliteConfig),
     Postgres(PostgresConfig),
+    Mysql(MysqlConfig),
     Etcd(EtcdConfig),
 }
 
@@ -86,6 +89,24 @@ pub struct PostgresConfig {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MysqlConfig {
+    /// The URL handed to sqlx, without Rudder's own parameters.
+    pub url: String,
+    /// The database the URL names (created when missing, if the user may).
+    pub database: String,
+    /// The URL without its database, to create the database.
+    pub server_url: String,
+    pub max_connections: u32,
+    pub connect_timeout: Duration,
+    /// How often the watch poller reads the log for other servers' commits (MySQL has no
+    /// NOTIFY; this server's own commits wake it at once).
+    pub poll_interval: Duration,
+}
+
+/// The default for [`MysqlConfig::poll_interval`].
+pub const DEFAULT_MYSQL_POLL_INTERVAL: Duration = Duration::from_millis(25);
+
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EtcdConfig {
     pub endpoints: Vec<String>,
     /// Prepended to every key, so several stores can share one etcd.
@@ -98,7 +119,7 @@ impl StorageConfig {
     pub fn parse(url: &str) -> Result<Self> {
         let (scheme, rest) = url.split_once("://").ok_or_else(|| {
             Error::Config(format!(
-                "storage URL {url:?} has no scheme: use sqlite://PATH, postgres://USER@HOST/DB or etcd://HOST:PORT"
+                "storage URL {url:?} has no scheme: use sqlite://PATH, postgres://USER@HOST/DB, mysql://USER@HOST/DB or etcd://HOST:PORT"
             ))
         })?;
         let (body, query) = match rest.split_once('?') {
@@ -127,10 +148,11 @@ impl StorageConfig {
         let driver = match scheme {
             "sqlite" => DriverConfig::Sqlite(sqlite(body, &mut params)?),
             "postgres" | "postgresql" => DriverConfig::Postgres(postgres(scheme, body, &mut params)?),
+            "mysql" => DriverConfig::Mysql(mysql(body, &mut params)?),
             "etcd" => DriverConfig::Etcd(etcd(body, &mut params)?),
             other => {
                 return Err(Error::Config(format!(
-                    "unknown storage scheme {other:?} in {url:?}: use sqlite://, postgres:// or etcd://"
+                    "unknown storage scheme {other:?} in {url:?}: use sqlite://, postgres://, mysql:// or etcd://"
                 )))
             }
         };
@@ -167,6 +189,61 @@ fn sqlite(body: &str, params: &mut Params) -> Result<SqliteConfig> {
     })
 }
 
+/// `max_connections` and `connect_timeout`, as the PostgreSQL and MySQL URLs take them.
+fn pool_params(driver: &str, params: &mut Params) -> Result<(u32, Duration)> {
+    let max_connections = match params.take("max_connections") {
+        Some(text) => parse_number("max_connections", &text)?,
+        None => 10,
+    };
+    if max_connections < 1 {
+        return Err(Error::Config(format!(
+            "{driver} max_connections must be at least 1"
+        )));
+    }
+    let connect_timeout = match params.take("connect_timeout") {
+        Some(text) => Duration::from_secs(parse_number("connect_timeout", &text)?),
+        None => Duration::from_secs(10),
+    };
+    Ok((max_connections, connect_timeout))
+}
+
+/// The URL sqlx gets: the body and every parameter Rudder did not take.
+fn passed_through(scheme: &str, body: &str, params: &Params) -> String {
+    let rest = params.remaining();
+    if rest.is_empty() {
+        format!("{scheme}://{body}")
+    } else {
+        format!("{scheme}://{body}?{rest}")
+    }
+}
+
+fn mysql(body: &str, params: &mut Params) -> Result<MysqlConfig> {
+    let (authority, database) = body.split_once('/').unwrap_or((body, ""));
+    if database.is_empty() {
+        return Err(Error::Config(
+            "mysql:// URL names no database: use mysql://USER:PASSWORD@HOST:PORT/DATABASE".into(),
+        ));
+    }
+    let (max_connections, connect_timeout) = pool_params("mysql", params)?;
+    let poll_interval = match params.take("poll_interval") {
+        Some(text) => parse_duration(&text)?,
+        None => DEFAULT_MYSQL_POLL_INTERVAL,
+    };
+    if poll_interval.is_zero() {
+        return Err(Error::Config(
+            "mysql poll_interval must be more than 0 (e.g. 25ms)".into(),
+        ));
+    }
+    Ok(MysqlConfig {
+        url: passed_through("mysql", body, params),
+        database: database.to_string(),
+        server_url: passed_through("mysql", &format!("{authority}/"), params),
+        max_connections,
+        connect_timeout,
+        poll_interval,
+    })
+}
+
 fn postgres(scheme: &str, body: &str, params: &mut Params) -> Result<PostgresConfig> {
     let schema = params.take("schema");
     if let Some(schema) = &schema {
@@ -182,31 +259,13 @@ fn postgres(scheme: &str, body: &str, params: &mut Params) -> Result<PostgresCon
             )));
         }
     }
-    let max_connections = match params.take("max_connections") {
-        Some(text) => parse_number("max_connections", &text)?,
-        None => 10,
-    };
-    if max_connections < 1 {
-        return Err(Error::Config(
-            "postgres max_connections must be at least 1".into(),
-        ));
-    }
-    let connect_timeout = match params.take("connect_timeout") {
-        Some(text) => Duration::from_secs(parse_number("connect_timeout", &text)?),
-        None => Duration::from_secs(10),
-    };
+    let (max_connections, connect_timeout) = pool_params("postgres", params)?;
     let statement_timeout_ms = match params.take("statement_timeout") {
         Some(text) => Some(parse_number("statement_timeout", &text)?),
         None => None,
     };
-    let rest = params.remaining();
-    let url = if rest.is_empty() {
-        format!("{scheme}://{body}")
-    } else {
-        format!("{scheme}://{body}?{rest}")
-    };
     Ok(PostgresConfig {
-        url,
+        url: passed_through(scheme, body, params),
         schema,
         max_connections,
         connect_timeout,
@@ -382,6 +441,37 @@ mod tests {
     }
 
     #[test]
+    fn mysql_urls_keep_sqlx_parameters_and_take_rudders_own() {
+        let config = StorageConfig::parse(
+            "mysql://u:p@db:3306/k8s?ssl-mode=VERIFY_IDENTITY&ssl-ca=/ca.pem&max_connections=4&connect_timeout=3&poll_interval=40ms&compact_retain=7",
+        )
+        .unwrap();
+        let DriverConfig::Mysql(mysql) = config.driver else {
+            panic!("not mysql")
+        };
+        assert_eq!(
+            mysql.url,
+            "mysql://u:p@db:3306/k8s?ssl-mode=VERIFY_IDENTITY&ssl-ca=/ca.pem"
+        );
+        assert_eq!(mysql.database, "k8s");
+        assert_eq!(
+            mysql.server_url,
+            "mysql://u:p@db:3306/?ssl-mode=VERIFY_IDENTITY&ssl-ca=/ca.pem"
+        );
+        assert_eq!(mysql.max_connections, 4);
+        assert_eq!(mysql.connect_timeout, Duration::from_secs(3));
+        assert_eq!(mysql.poll_interval, Duration::from_millis(40));
+        assert_eq!(config.compaction.retain, 7);
+        let DriverConfig::Mysql(defaults) =
+            StorageConfig::parse("mysql://u@db/k8s").unwrap().driver
+        else {
+            panic!("not mysql")
+        };
+        assert_eq!(defaults.poll_interval, DEFAULT_MYSQL_POLL_INTERVAL);
+        assert_eq!(defaults.max_connections, 10);
+    }
+
+    #[test]
     fn etcd_urls_take_several_endpoints_and_a_prefix() {
         let config = StorageConfig::parse("etcd://a:2379,b:2379/tenant1").unwrap();
         let DriverConfig::Etcd(etcd) = config.driver else {
@@ -395,7 +485,9 @@ mod tests {
     fn bad_urls_say_what_to_write_instead() {
         for (url, needle) in [
             ("state.db", "no scheme"),
-            ("mysql://x", "unknown storage scheme"),
+            ("mysqlx://x", "unknown storage scheme"),
+            ("mysql://root@h:3306", "names no database"),
+            ("mysql://root@h/db?poll_interval=0", "more than 0"),
             ("sqlite://", "no path"),
             ("etcd://", "no endpoint"),
             ("postgres://h/db?schema=Bad-Name", "not valid"),

@@ -2,6 +2,8 @@
 //!
 //! - SQLite: a new database file in a temporary directory;
 //! - PostgreSQL: a new schema in the database named by `RUDDER_TEST_POSTGRES_URL`;
+//! - MySQL/MariaDB: a new database (the driver creates it) on the server named by
+//!   `RUDDER_TEST_MYSQL_URL`, dropped by `cleanup`;
 //! - etcd: a new key prefix on the etcd at `RUDDER_TEST_ETCD_ENDPOINT`. etcd's revision and
 //!   compaction are global, so etcd cases take a process-wide lock and run one at a time.
 //!
@@ -17,6 +19,10 @@ use crate::interface::Storage;
 
 /// The environment variable naming the PostgreSQL server for tests.
 pub const POSTGRES_ENV: &str = "RUDDER_TEST_POSTGRES_URL";
+/// The environment variable naming the MySQL/MariaDB server for tests (a URL with a database
+/// the test user may connect to, e.g. `mysql://root@127.0.0.1:3306/test`; cases create
+/// databases of their own beside it).
+pub const MYSQL_ENV: &str = "RUDDER_TEST_MYSQL_URL";
 /// The environment variable naming the etcd endpoint (`host:port`) for tests.
 pub const ETCD_ENV: &str = "RUDDER_TEST_ETCD_ENDPOINT";
 
@@ -144,6 +150,68 @@ pub async fn postgres() -> Option<Box<dyn Harness>> {
         base,
         schema: unique_name("rudder_test_"),
     }))
+}
+
+/// A database of its own on the test MySQL/MariaDB server.
+pub struct MysqlHarness {
+    /// `mysql://USER@HOST:PORT`, without a database.
+    server: String,
+    /// The query of the test URL (sqlx's TLS options, for instance), without the `?`.
+    query: String,
+    database: String,
+}
+
+#[async_trait]
+impl Harness for MysqlHarness {
+    fn driver(&self) -> &'static str {
+        "mysql"
+    }
+    fn url(&self) -> String {
+        let extra = if self.query.is_empty() {
+            String::new()
+        } else {
+            format!("&{}", self.query)
+        };
+        format!("{}/{}?max_connections=4{extra}", self.server, self.database)
+    }
+    async fn cleanup(&self) {
+        let drop = format!("DROP DATABASE IF EXISTS {}", self.database);
+        if let Err(error) = mysql_admin(&self.server, &self.query, &drop).await {
+            eprintln!("could not drop test database {}: {error}", self.database);
+        }
+    }
+}
+
+/// Runs one statement on the test server, connected to its own URL's database.
+async fn mysql_admin(server: &str, query: &str, statement: &str) -> Result<(), sqlx::Error> {
+    use sqlx::{Connection, Executor};
+    sqlx::any::install_default_drivers();
+    let base = std::env::var(MYSQL_ENV).unwrap_or_else(|_| format!("{server}/mysql?{query}"));
+    let mut conn = sqlx::AnyConnection::connect(&base).await?;
+    conn.execute(statement).await?;
+    conn.close().await
+}
+
+/// A fresh MySQL/MariaDB harness, or `None` when no test server is configured. The driver
+/// creates the case's database when it first opens it (so that path is tested too); a
+/// configured server that cannot be reached fails the case.
+pub async fn mysql() -> Option<Box<dyn Harness>> {
+    let url = service(MYSQL_ENV)?;
+    let (without_query, query) = url.split_once('?').unwrap_or((url.as_str(), ""));
+    // mysql://USER@HOST:PORT[/DATABASE]: the server is everything before the database.
+    let authority = without_query
+        .strip_prefix("mysql://")
+        .unwrap_or(without_query);
+    let host = authority.split('/').next().unwrap_or(authority);
+    let server = format!("mysql://{host}");
+    let harness = MysqlHarness {
+        server,
+        query: query.to_string(),
+        database: unique_name("rudder_test_"),
+    };
+    let config = StorageConfig::parse(&harness.url()).expect("mysql URL");
+    assert!(matches!(config.driver, DriverConfig::Mysql(_)));
+    Some(Box::new(harness))
 }
 
 /// A key prefix of its own on the test etcd; holds the etcd lock for the case's lifetime.

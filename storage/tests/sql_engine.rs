@@ -1,7 +1,7 @@
 //! What only the SQL engine has: rows in `rudder_log` that compaction must remove, and one
 //! write path whose batches these tests arrange deterministically by holding the database's
 //! write lock from a connection of their own (the store's writer then waits, and the jobs sent
-//! meanwhile form its next batch). Every case runs on SQLite and on PostgreSQL.
+//! meanwhile form its next batch). Every case runs on SQLite, PostgreSQL and MySQL/MariaDB.
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
@@ -17,17 +17,19 @@ use sqlx::{AnyConnection, Connection, Executor, Row};
 /// A connection of the test's own to the harness's database (its schema, on PostgreSQL).
 struct Raw {
     conn: AnyConnection,
-    postgres: bool,
+    driver: &'static str,
 }
 
 impl Raw {
     async fn connect(harness: &dyn Harness) -> Self {
         sqlx::any::install_default_drivers();
         let url = harness.url();
-        if harness.driver() == "sqlite" {
+        let driver = harness.driver();
+        if driver != "postgres" {
+            // sqlx ignores the MySQL URL's Rudder parameters.
             return Self {
                 conn: AnyConnection::connect(&url).await.unwrap(),
-                postgres: false,
+                driver,
             };
         }
         let (base, query) = url.split_once('?').unwrap();
@@ -39,20 +41,17 @@ impl Raw {
         conn.execute(format!("SET search_path TO {schema}").as_str())
             .await
             .unwrap();
-        Self {
-            conn,
-            postgres: true,
-        }
+        Self { conn, driver }
     }
 
     /// Rows in the log, for one key or (`None`) all of them.
     async fn rows(&mut self, key: Option<&str>) -> i64 {
         let row = match key {
             Some(key) => {
-                let sql = if self.postgres {
-                    "SELECT COUNT(*) FROM rudder_log WHERE key = $1"
-                } else {
-                    "SELECT COUNT(*) FROM rudder_log WHERE key = ?1"
+                let sql = match self.driver {
+                    "postgres" => "SELECT COUNT(*) FROM rudder_log WHERE key = $1",
+                    "mysql" => "SELECT COUNT(*) FROM rudder_log WHERE `key` = ?",
+                    _ => "SELECT COUNT(*) FROM rudder_log WHERE key = ?1",
                 };
                 sqlx::query(sql)
                     .bind(key.as_bytes().to_vec())
@@ -86,10 +85,12 @@ impl Raw {
 
     /// Takes the lock every write transaction takes first, so the store's writer waits.
     async fn hold_write_lock(&mut self) {
-        let sql = if self.postgres {
-            "BEGIN; SELECT revision FROM rudder_meta WHERE id = 1 FOR UPDATE"
-        } else {
-            "BEGIN IMMEDIATE"
+        let sql = match self.driver {
+            "postgres" => "BEGIN; SELECT revision FROM rudder_meta WHERE id = 1 FOR UPDATE",
+            "mysql" => {
+                "START TRANSACTION; SELECT revision FROM rudder_meta WHERE id = 1 FOR UPDATE"
+            }
+            _ => "BEGIN IMMEDIATE",
         };
         self.conn.execute(sql).await.unwrap();
     }
@@ -343,7 +344,7 @@ async fn revoking_a_lease_with_many_keys_deletes_them_at_one_revision(harness: B
     harness.cleanup().await;
 }
 
-macro_rules! on_sqlite_and_postgres {
+macro_rules! on_every_sql_driver {
     ($($case:ident),* $(,)?) => {
         mod sqlite {
             $(
@@ -363,10 +364,19 @@ macro_rules! on_sqlite_and_postgres {
                 }
             )*
         }
+        mod mysql {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    let Some(harness) = super::testing::mysql().await else { return };
+                    super::$case(harness).await;
+                }
+            )*
+        }
     };
 }
 
-on_sqlite_and_postgres!(
+on_every_sql_driver!(
     compaction_removes_a_deleted_keys_rows_and_never_brings_it_back,
     compaction_keeps_the_log_flat_over_a_hundred_cycles,
     a_compaction_does_not_cut_short_the_one_before_it,

@@ -20,6 +20,7 @@ mod durability;
 mod history;
 mod kv;
 mod lease;
+mod reconnect;
 mod support;
 mod watch;
 
@@ -28,6 +29,7 @@ pub use durability::*;
 pub use history::*;
 pub use kv::*;
 pub use lease::*;
+pub use reconnect::*;
 pub use watch::*;
 
 /// Expands to one `#[tokio::test]` per conformance case, each with a fresh backend from the

@@ -1,4 +1,4 @@
-//! The SQL drivers: one log-structured engine over SQLite and PostgreSQL.
+//! The SQL drivers: one log-structured engine over SQLite, PostgreSQL and MySQL/MariaDB.
 //!
 //! Every write appends rows to `rudder_log` (one per key written, all rows of a transaction at
 //! one revision); a key's latest row is its value, a tombstone row marks a delete, and
@@ -20,13 +20,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::mysql::MySqlDatabaseError;
 use sqlx::Executor;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::compaction::spawn_compactor;
-use crate::config::{PostgresConfig, SqliteConfig, StorageConfig};
+use crate::config::{MysqlConfig, PostgresConfig, SqliteConfig, StorageConfig};
 use crate::error::{Error, Result};
 use crate::hub::Hub;
 use crate::interface::{Storage, WatchStream};
@@ -35,8 +36,8 @@ use crate::watcher::watch_stream;
 use dialect::Dialect;
 use leases::expire_leases;
 use reader::{Clock, LogHistory, Reader};
-pub(crate) use setup::wipe_postgres;
-use setup::{ensure_schema, migrations_applied, probe};
+use setup::{ensure_database, ensure_schema, migrations_applied, probe};
+pub(crate) use setup::{wipe_mysql, wipe_postgres};
 use writer::{Job, Writer};
 
 /// How many recent events the hub keeps for watchers that start slightly in the past.
@@ -49,8 +50,9 @@ pub const MAX_TXN_BYTES: usize = 1536 * 1024;
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
+static MYSQL_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/mysql");
 
-/// A SQL-backed store (SQLite or PostgreSQL).
+/// A SQL-backed store (SQLite, PostgreSQL or MySQL/MariaDB).
 pub struct SqlStore {
     reader: Arc<Reader>,
     jobs: mpsc::Sender<Job>,
@@ -175,6 +177,38 @@ impl SqlStore {
         );
         store.track(tokio::spawn(listener));
         Ok(store)
+    }
+
+    /// Opens a MySQL or MariaDB database (created if missing), applying migrations. Other
+    /// servers' commits are found by polling the log every `poll_interval` (MySQL has no
+    /// NOTIFY).
+    pub async fn open_mysql(config: &MysqlConfig, shared: &StorageConfig) -> Result<Arc<Self>> {
+        let options = AnyConnectOptions::from_str(&config.url).map_err(|error| {
+            Error::Config(format!(
+                "mysql URL is not valid ({error}): use mysql://USER:PASSWORD@HOST:PORT/DATABASE"
+            ))
+        })?;
+        ensure_database(config).await?;
+        let connection = Connection {
+            options,
+            // READ COMMITTED, deliberately (see `dialect::MYSQL.begin_and_lock`): the writer
+            // reads under the meta row lock, so each statement must see the commits before it
+            // (REPEATABLE READ would pin a snapshot at its first read), and its updates and
+            // deletes must not take gap locks that block compaction and other servers. Readers
+            // need nothing more: every read is one statement, consistent on its own.
+            setup: vec!["SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED".into()],
+            max_readers: config.max_connections.saturating_sub(1).max(1),
+            connect_timeout: config.connect_timeout,
+        };
+        Self::open(
+            &dialect::MYSQL,
+            connection,
+            &MYSQL_MIGRATIONS,
+            String::new(),
+            config.poll_interval,
+            shared,
+        )
+        .await
     }
 
     async fn open(
@@ -437,7 +471,8 @@ impl Storage for SqlStore {
     }
 }
 
-/// Translates a sqlx error into the storage error: connection trouble is `Unavailable`,
+/// Translates a sqlx error into the storage error: connection trouble, and conflicts worth
+/// retrying, are `Unavailable`; a statement over the server's packet limit is `TooLarge`;
 /// everything else a backend error.
 pub(crate) fn translate(error: sqlx::Error) -> Error {
     match &error {
@@ -445,6 +480,28 @@ pub(crate) fn translate(error: sqlx::Error) -> Error {
         | sqlx::Error::Tls(_)
         | sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed => Error::unavailable(error.to_string(), error),
+        sqlx::Error::Database(db) if db.try_downcast_ref::<MySqlDatabaseError>().is_some() => {
+            let number = db
+                .try_downcast_ref::<MySqlDatabaseError>()
+                .map_or(0, MySqlDatabaseError::number);
+            let message = format!("{} (MySQL error {number})", db.message());
+            match number {
+                // Lock wait timeout, deadlock: another server held the rows; try again.
+                1205 | 1213 => Error::unavailable(message, error),
+                // Packet over max_allowed_packet.
+                1153 | 1301 => Error::TooLarge(format!(
+                    "{message}: raise the server's max_allowed_packet (at least 8 MiB)"
+                )),
+                // Access denied, unknown database, too many connections, server shutting
+                // down or gone, read-only server.
+                1044 | 1045 | 1049 | 1040 | 1053 | 1927 | 2006 | 2013 | 1290 | 1836 => {
+                    Error::unavailable(message, error)
+                }
+                // 1062 (duplicate key) included: the meta row lock makes it impossible
+                // unless something bypassed it.
+                _ => Error::backend(message, error),
+            }
+        }
         sqlx::Error::Database(db) => {
             let message = db.message().to_string();
             let code = db.code().map(|c| c.to_string()).unwrap_or_default();

@@ -8,7 +8,7 @@ use sqlx::Executor;
 
 use super::dialect::Dialect;
 use super::{translate, Connection};
-use crate::config::PostgresConfig;
+use crate::config::{MysqlConfig, PostgresConfig};
 use crate::error::{Error, Result};
 
 /// Creates `schema` unless it exists; two servers starting at once may both try.
@@ -48,6 +48,35 @@ pub(super) async fn ensure_schema(options: &AnyConnectOptions, schema: &str) -> 
     result
 }
 
+/// Creates the database a MySQL URL names when it is missing (two servers starting at once may
+/// both try); a name that would need quoting is left to the DBA, and `probe` reports it missing.
+pub(super) async fn ensure_database(config: &MysqlConfig) -> Result<()> {
+    use sqlx::Connection as _;
+    sqlx::any::install_default_drivers();
+    let plain = config
+        .database
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !plain || sqlx::AnyConnection::connect(&config.url).await.is_ok() {
+        return Ok(());
+    }
+    let Ok(mut conn) = sqlx::AnyConnection::connect(&config.server_url).await else {
+        // `probe` reports why the server cannot be reached.
+        return Ok(());
+    };
+    let create = format!("CREATE DATABASE IF NOT EXISTS {}", config.database);
+    let result = conn.execute(create.as_str()).await.map(|_| ());
+    let _ = conn.close().await;
+    result.map_err(|error| Error::Unavailable {
+        message: format!(
+            "cannot create the database {}: {error}; create it (CREATE DATABASE {}) as a user \
+             allowed to, or grant this user CREATE",
+            config.database, config.database
+        ),
+        source: None,
+    })
+}
+
 /// Whether every migration is already recorded as applied, so a role that may use Rudder's
 /// tables but not create them can open the store.
 pub(super) async fn migrations_applied(
@@ -69,25 +98,39 @@ pub(super) async fn migrations_applied(
         .all(|migration| applied.contains(&migration.version))
 }
 
+/// Rudder's tables, for wiping a store.
+const TABLES: [&str; 4] = [
+    "rudder_log",
+    "rudder_meta",
+    "rudder_lease",
+    "_sqlx_migrations",
+];
+
 /// Drops the schema a PostgreSQL URL names, or Rudder's tables when it names none.
 pub(crate) async fn wipe_postgres(config: &PostgresConfig) -> Result<()> {
-    use sqlx::Connection as _;
-    sqlx::any::install_default_drivers();
-    let mut conn = sqlx::AnyConnection::connect(&config.url)
-        .await
-        .map_err(translate)?;
     let statements = match &config.schema {
         Some(schema) => vec![format!("DROP SCHEMA IF EXISTS {schema} CASCADE")],
-        None => [
-            "rudder_log",
-            "rudder_meta",
-            "rudder_lease",
-            "_sqlx_migrations",
-        ]
+        None => TABLES
+            .iter()
+            .map(|table| format!("DROP TABLE IF EXISTS {table}"))
+            .collect(),
+    };
+    run_all(&config.url, statements).await
+}
+
+/// Drops Rudder's tables from the database a MySQL URL names (the database stays).
+pub(crate) async fn wipe_mysql(config: &MysqlConfig) -> Result<()> {
+    let statements = TABLES
         .iter()
         .map(|table| format!("DROP TABLE IF EXISTS {table}"))
-        .collect(),
-    };
+        .collect();
+    run_all(&config.url, statements).await
+}
+
+async fn run_all(url: &str, statements: Vec<String>) -> Result<()> {
+    use sqlx::Connection as _;
+    sqlx::any::install_default_drivers();
+    let mut conn = sqlx::AnyConnection::connect(url).await.map_err(translate)?;
     for statement in statements {
         conn.execute(statement.as_str()).await.map_err(translate)?;
     }
@@ -120,6 +163,16 @@ pub(super) async fn probe(dialect: &Dialect, connection: &Connection) -> Result<
             "check sslmode and sslrootcert in the URL: the server's certificate must verify against the root CA"
         }
         "postgres" => "check that PostgreSQL is running and reachable at the URL's host and port",
+        "mysql" if failure.contains("Access denied") => {
+            "check the user and password in the URL (mysql://USER:PASSWORD@HOST:PORT/DATABASE) and the user's grants on the database"
+        }
+        "mysql" if failure.contains("Unknown database") => {
+            "create the database first (CREATE DATABASE name) or name an existing one in the URL"
+        }
+        "mysql" if failure.contains("certificate") || failure.contains("tls") || failure.contains("TLS") || failure.contains("SSL") => {
+            "check ssl-mode and ssl-ca in the URL: the server's certificate must verify against the CA"
+        }
+        "mysql" => "check that MySQL/MariaDB is running and reachable at the URL's host and port",
         _ => "check that the directory exists and is writable",
     };
     Err(Error::Unavailable {

@@ -24,6 +24,10 @@ use crate::types::*;
 /// Keys per prefetch query; rows per insert statement.
 const KEYS_PER_QUERY: usize = 500;
 const ROWS_PER_INSERT: usize = 100;
+/// Keys and values per insert statement, so that one statement stays well under MySQL's
+/// `max_allowed_packet` (16 MiB by default on MariaDB) however large the batch's values; a
+/// single row can hold at most `MAX_TXN_BYTES` (1.5 MiB), so any row fits.
+const BYTES_PER_INSERT: usize = 4 * 1024 * 1024;
 
 /// A log row to write.
 #[derive(Clone, Debug)]
@@ -39,6 +43,26 @@ struct LogRow {
     deleted: bool,
     /// The revision of the key's next row, when that row is in the same batch.
     next_revision: Revision,
+}
+
+/// Splits rows into insert statements of at most `ROWS_PER_INSERT` rows and, past the first
+/// row, `BYTES_PER_INSERT` bytes of keys and values.
+fn insert_chunks(rows: &[LogRow]) -> Vec<&[LogRow]> {
+    let mut chunks = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (index, row) in rows.iter().enumerate() {
+        let size = row.key.len() + row.value.len();
+        let full = index - start >= ROWS_PER_INSERT || bytes + size > BYTES_PER_INSERT;
+        if index > start && full {
+            chunks.push(&rows[start..index]);
+            (start, bytes) = (index, 0);
+        }
+        bytes += size;
+    }
+    if start < rows.len() {
+        chunks.push(&rows[start..]);
+    }
+    chunks
 }
 
 /// One database transaction's worth of jobs.
@@ -155,7 +179,7 @@ impl<'c> Batch<'c> {
     /// Sends pending rows to the database.
     pub async fn flush(&mut self) -> Result<()> {
         let pending = std::mem::take(&mut self.pending);
-        for chunk in pending.chunks(ROWS_PER_INSERT) {
+        for chunk in insert_chunks(&pending) {
             let sql = insert_rows(self.dialect, chunk.len());
             let mut query = sqlx::query(&sql);
             for row in chunk {
@@ -587,5 +611,44 @@ pub(crate) fn compare_kv(compare: &Compare, kv: &KeyValue) -> bool {
         CompareOp::NotEqual => ordering != Ordering::Equal,
         CompareOp::Greater => ordering == Ordering::Greater,
         CompareOp::Less => ordering == Ordering::Less,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(bytes: usize) -> LogRow {
+        LogRow {
+            revision: 1,
+            sub: 0,
+            key: b"k".to_vec(),
+            value: vec![0; bytes.saturating_sub(1)],
+            create_revision: 1,
+            prev_revision: 0,
+            version: 1,
+            lease: 0,
+            deleted: false,
+            next_revision: 0,
+        }
+    }
+
+    #[test]
+    fn inserts_are_split_by_rows_and_by_bytes() {
+        let small: Vec<LogRow> = (0..250).map(|_| row(10)).collect();
+        let sizes: Vec<usize> = insert_chunks(&small).iter().map(|c| c.len()).collect();
+        assert_eq!(sizes, vec![100, 100, 50]);
+
+        // Ten rows of 1.5 MiB: at most two fit in 4 MiB, and every row is sent once.
+        let large: Vec<LogRow> = (0..10).map(|_| row(1536 * 1024)).collect();
+        let chunks = insert_chunks(&large);
+        assert!(chunks.iter().all(|c| c.len() == 2), "{:?}", chunks.len());
+        assert_eq!(chunks.iter().map(|c| c.len()).sum::<usize>(), 10);
+
+        // A row over the budget on its own still goes, alone.
+        let huge = vec![row(5 * 1024 * 1024), row(10)];
+        let sizes: Vec<usize> = insert_chunks(&huge).iter().map(|c| c.len()).collect();
+        assert_eq!(sizes, vec![1, 1]);
+        assert!(insert_chunks(&[]).is_empty());
     }
 }

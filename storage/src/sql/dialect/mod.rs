@@ -2,8 +2,10 @@
 //! in its statements (placeholders, locking, notification) and in how its errors are translated.
 //!
 //! Every statement is a `&'static str`, so nothing user-supplied is ever spliced into SQL.
-//! Each database's statements live in a module of their own ([`sqlite`], [`postgres`]).
+//! Each database's statements live in a module of their own ([`sqlite`], [`postgres`],
+//! [`mysql`]).
 
+mod mysql;
 mod postgres;
 mod sqlite;
 
@@ -12,6 +14,11 @@ use crate::types::Revision;
 /// One database's statements.
 pub(crate) struct Dialect {
     pub name: &'static str,
+    /// The log's columns in `insert_rows` order ([`LOG_COLUMNS`], quoted where a name is a
+    /// reserved word).
+    pub log_columns: &'static str,
+    /// `l.key` as the statements select it, so that it decodes as bytes.
+    pub read_key: &'static str,
     /// Opens a write transaction that excludes other writers and reads
     /// `(revision, compact_revision, purged_revision)`, in one round trip (several statements:
     /// simple protocol).
@@ -84,6 +91,7 @@ pub(crate) struct Dialect {
     pub placeholder: fn(usize) -> String,
 }
 
+pub(crate) use mysql::MYSQL;
 pub(crate) use postgres::POSTGRES;
 pub(crate) use sqlite::SQLITE;
 
@@ -96,7 +104,7 @@ pub(crate) const LOG_COLUMN_COUNT: usize = 10;
 
 /// `INSERT` of `rows` log rows in one statement.
 pub(crate) fn insert_rows(dialect: &Dialect, rows: usize) -> String {
-    let mut sql = format!("INSERT INTO rudder_log ({LOG_COLUMNS}) VALUES ");
+    let mut sql = format!("INSERT INTO rudder_log ({}) VALUES ", dialect.log_columns);
     for row in 0..rows {
         if row > 0 {
             sql.push(',');
@@ -152,6 +160,22 @@ pub(crate) fn finish_write(
 /// Marks `rows` rows `(key, revision)` as superseded at `next_revision`, in one statement
 /// (placeholders in triples: key, revision, next revision).
 pub(crate) fn link_rows(dialect: &Dialect, rows: usize) -> String {
+    if dialect.name == "mysql" {
+        // No `UPDATE … FROM (VALUES …)`: a join with a union of the triples, typed by casts.
+        let values: Vec<&str> = (0..rows)
+            .map(|row| {
+                if row == 0 {
+                    "SELECT CAST(? AS BINARY) AS k, CAST(? AS SIGNED) AS r, CAST(? AS SIGNED) AS n"
+                } else {
+                    "SELECT CAST(? AS BINARY), CAST(? AS SIGNED), CAST(? AS SIGNED)"
+                }
+            })
+            .collect();
+        return format!(
+            "UPDATE rudder_log l JOIN ({}) v ON l.key = v.k AND l.revision = v.r SET l.next_revision = v.n",
+            values.join(" UNION ALL ")
+        );
+    }
     let cast = |n: usize, ty: &str| match dialect.name {
         "postgres" => format!("{}::{ty}", (dialect.placeholder)(n)),
         _ => (dialect.placeholder)(n),
@@ -178,8 +202,9 @@ pub(crate) fn link_rows(dialect: &Dialect, rows: usize) -> String {
 pub(crate) fn latest_rows(dialect: &Dialect, keys: usize) -> String {
     let list: Vec<String> = (1..=keys).map(dialect.placeholder).collect();
     format!(
-        "SELECT l.key, l.value, l.create_revision, l.revision, l.version, l.lease, l.deleted FROM rudder_log l \
+        "SELECT {}, l.value, l.create_revision, l.revision, l.version, l.lease, l.deleted FROM rudder_log l \
          WHERE l.key IN ({}) AND l.next_revision = 0",
+        dialect.read_key,
         list.join(",")
     )
 }

@@ -41,6 +41,8 @@ macro_rules! events {
 
 pub(crate) const SQLITE: Dialect = Dialect {
     name: "sqlite",
+    log_columns: super::LOG_COLUMNS,
+    read_key: "l.key",
     begin_and_lock: "BEGIN IMMEDIATE; \
         SELECT revision, compact_revision, purged_revision FROM rudder_meta WHERE id = 1",
     read_meta: "SELECT revision, compact_revision, purged_revision FROM rudder_meta WHERE id = 1",
