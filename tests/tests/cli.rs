@@ -17,7 +17,7 @@ fn version_names_the_release_and_the_drivers() {
     let (ok, stdout, _) = run(&["version"]);
     assert!(ok);
     assert!(stdout.starts_with("rudder 0."), "{stdout}");
-    assert!(stdout.contains("sqlite, postgres, etcd"), "{stdout}");
+    assert!(stdout.contains("sqlite, postgres, mysql, etcd"), "{stdout}");
 }
 
 #[test]
@@ -39,6 +39,10 @@ fn storage_check_names_the_problem_and_the_fix_in_one_line() {
     let cases = [
         ("state.db", "has no scheme: use sqlite://PATH"),
         ("redis://db/x", "unknown storage scheme"),
+        (
+            "mysql://root@127.0.0.1:1/x?connect_timeout=2",
+            "check that MySQL/MariaDB is running",
+        ),
         (
             "postgres://postgres@127.0.0.1:1/x?connect_timeout=2",
             "check that PostgreSQL is running",
