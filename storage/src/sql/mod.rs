@@ -145,7 +145,7 @@ impl SqlStore {
         if let Some(schema) = &config.schema {
             // Created once here, not by every new connection (which would need CREATE on the
             // database even when the schema exists).
-            ensure_schema(&options, schema).await?;
+            ensure_schema(&options, schema, config.connect_timeout).await?;
             setup.push(format!("SET search_path TO {schema}"));
         }
         if let Some(ms) = config.statement_timeout_ms {

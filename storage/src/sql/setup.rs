@@ -3,7 +3,11 @@
 //! are missing (so a role without DDL rights can run on a prepared database), and wiping a
 //! store for tests and benchmarks.
 
+use std::str::FromStr;
+use std::time::Duration;
+
 use sqlx::any::AnyConnectOptions;
+use sqlx::mysql::MySqlDatabaseError;
 use sqlx::Executor;
 
 use super::dialect::Dialect;
@@ -11,11 +15,24 @@ use super::{translate, Connection};
 use crate::config::{MysqlConfig, PostgresConfig};
 use crate::error::{Error, Result};
 
-/// Creates `schema` unless it exists; two servers starting at once may both try.
-pub(super) async fn ensure_schema(options: &AnyConnectOptions, schema: &str) -> Result<()> {
+/// A direct connection, given up after `timeout`: a server that accepts the TCP connection
+/// but never answers would otherwise hold it for ever (sqlx puts no deadline on a handshake).
+async fn connect_within(
+    options: &AnyConnectOptions,
+    timeout: Duration,
+) -> Option<std::result::Result<sqlx::AnyConnection, sqlx::Error>> {
     use sqlx::ConnectOptions;
     sqlx::any::install_default_drivers();
-    let Ok(mut conn) = options.connect().await else {
+    tokio::time::timeout(timeout, options.connect()).await.ok()
+}
+
+/// Creates `schema` unless it exists; two servers starting at once may both try.
+pub(super) async fn ensure_schema(
+    options: &AnyConnectOptions,
+    schema: &str,
+    connect_timeout: Duration,
+) -> Result<()> {
+    let Some(Ok(mut conn)) = connect_within(options, connect_timeout).await else {
         // `probe` reports why the server cannot be reached.
         return Ok(());
     };
@@ -48,6 +65,9 @@ pub(super) async fn ensure_schema(options: &AnyConnectOptions, schema: &str) -> 
     result
 }
 
+/// MySQL's error for a database that does not exist (ER_BAD_DB_ERROR).
+const UNKNOWN_DATABASE: u16 = 1049;
+
 /// Creates the database a MySQL URL names when it is missing (two servers starting at once may
 /// both try); a name that would need quoting is left to the DBA, and `probe` reports it missing.
 pub(super) async fn ensure_database(config: &MysqlConfig) -> Result<()> {
@@ -57,11 +77,28 @@ pub(super) async fn ensure_database(config: &MysqlConfig) -> Result<()> {
         .database
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !plain || sqlx::AnyConnection::connect(&config.url).await.is_ok() {
+    if !plain {
         return Ok(());
     }
-    let Ok(mut conn) = sqlx::AnyConnection::connect(&config.server_url).await else {
-        // `probe` reports why the server cannot be reached.
+    let options = |url: &str| {
+        AnyConnectOptions::from_str(url).map_err(|error| Error::Config(error.to_string()))
+    };
+    match connect_within(&options(&config.url)?, config.connect_timeout).await {
+        // Only a missing database is this function's business; `probe` reports the rest (an
+        // unreachable or silent server, bad credentials) with the fix.
+        Some(Err(sqlx::Error::Database(error)))
+            if error
+                .try_downcast_ref::<MySqlDatabaseError>()
+                .is_some_and(|error| error.number() == UNKNOWN_DATABASE) => {}
+        Some(Ok(conn)) => {
+            let _ = conn.close().await;
+            return Ok(());
+        }
+        Some(Err(_)) | None => return Ok(()),
+    }
+    let Some(Ok(mut conn)) =
+        connect_within(&options(&config.server_url)?, config.connect_timeout).await
+    else {
         return Ok(());
     };
     let create = format!("CREATE DATABASE IF NOT EXISTS {}", config.database);
@@ -115,7 +152,7 @@ pub(crate) async fn wipe_postgres(config: &PostgresConfig) -> Result<()> {
             .map(|table| format!("DROP TABLE IF EXISTS {table}"))
             .collect(),
     };
-    run_all(&config.url, statements).await
+    run_all(&config.url, config.connect_timeout, statements).await
 }
 
 /// Drops Rudder's tables from the database a MySQL URL names (the database stays).
@@ -124,13 +161,22 @@ pub(crate) async fn wipe_mysql(config: &MysqlConfig) -> Result<()> {
         .iter()
         .map(|table| format!("DROP TABLE IF EXISTS {table}"))
         .collect();
-    run_all(&config.url, statements).await
+    run_all(&config.url, config.connect_timeout, statements).await
 }
 
-async fn run_all(url: &str, statements: Vec<String>) -> Result<()> {
+async fn run_all(url: &str, connect_timeout: Duration, statements: Vec<String>) -> Result<()> {
     use sqlx::Connection as _;
-    sqlx::any::install_default_drivers();
-    let mut conn = sqlx::AnyConnection::connect(url).await.map_err(translate)?;
+    let options =
+        AnyConnectOptions::from_str(url).map_err(|error| Error::Config(error.to_string()))?;
+    let mut conn = match connect_within(&options, connect_timeout).await {
+        Some(connected) => connected.map_err(translate)?,
+        None => {
+            return Err(Error::Unavailable {
+                message: format!("no answer from the database within {connect_timeout:?}"),
+                source: None,
+            })
+        }
+    };
     for statement in statements {
         conn.execute(statement.as_str()).await.map_err(translate)?;
     }
@@ -179,4 +225,86 @@ pub(super) async fn probe(dialect: &Dialect, connection: &Connection) -> Result<
         message: format!("cannot open {} storage: {failure}; {hint}", dialect.name),
         source: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use crate::error::Error;
+
+    /// A server that accepts TCP connections and never says a word (MySQL's server speaks
+    /// first; a PostgreSQL server answers the startup message): what a database stuck before
+    /// its handshake looks like to a client.
+    async fn silent_server() -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        (address, task)
+    }
+
+    /// Opening a store gives up after `connect_timeout` with `Unavailable`, whatever step it is
+    /// at, instead of waiting for an answer for ever.
+    async fn opening_gives_up_on_a_silent_server(url: String) {
+        let started = Instant::now();
+        let opened = tokio::time::timeout(Duration::from_secs(30), crate::open(&url)).await;
+        let elapsed = started.elapsed();
+        match opened {
+            Err(_) => panic!("opening {url} still waits after {elapsed:?}"),
+            Ok(Ok(_)) => panic!("a silent server was accepted"),
+            Ok(Err(error)) => {
+                assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
+                assert!(error.to_string().contains("no answer"), "{error}");
+            }
+        }
+        // One connect_timeout for the probe, and at most one more for the step before it.
+        assert!(elapsed < Duration::from_secs(5), "took {elapsed:?}");
+    }
+
+    /// A refused connection is reported by `probe`, with its hint, not by the steps before it.
+    #[tokio::test]
+    async fn an_unreachable_server_is_reported_with_the_fix() {
+        for (url, hint) in [
+            (
+                "mysql://root@127.0.0.1:1/x?connect_timeout=2",
+                "check that MySQL/MariaDB is running",
+            ),
+            (
+                "postgres://postgres@127.0.0.1:1/x?schema=x&connect_timeout=2",
+                "check that PostgreSQL is running",
+            ),
+        ] {
+            let error = match crate::open(url).await {
+                Ok(_) => panic!("{url} opened"),
+                Err(error) => error,
+            };
+            assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
+            assert!(error.to_string().contains(hint), "{url}: {error}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_mysql_server_that_never_greets_fails_the_open_within_the_connect_timeout() {
+        let (address, server) = silent_server().await;
+        opening_gives_up_on_a_silent_server(format!(
+            "mysql://root@{address}/rudder_silent?connect_timeout=1"
+        ))
+        .await;
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn a_postgres_server_that_never_answers_fails_the_open_within_the_connect_timeout() {
+        let (address, server) = silent_server().await;
+        opening_gives_up_on_a_silent_server(format!(
+            "postgres://postgres@{address}/rudder?schema=rudder_silent&connect_timeout=1"
+        ))
+        .await;
+        server.abort();
+    }
 }
