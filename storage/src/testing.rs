@@ -187,7 +187,19 @@ async fn mysql_admin(server: &str, query: &str, statement: &str) -> Result<(), s
     use sqlx::{Connection, Executor};
     sqlx::any::install_default_drivers();
     let base = std::env::var(MYSQL_ENV).unwrap_or_else(|_| format!("{server}/mysql?{query}"));
-    let mut conn = sqlx::AnyConnection::connect(&base).await?;
+    // Bounded as the driver's own connects are: a server that never answers fails the
+    // cleanup, it does not hold the test for ever.
+    let mut conn = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        sqlx::AnyConnection::connect(&base),
+    )
+    .await
+    .map_err(|_| {
+        sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer from {base} within 10 s"),
+        ))
+    })??;
     conn.execute(statement).await?;
     conn.close().await
 }
