@@ -82,7 +82,18 @@ macro_rules! conformance_tests {
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $case() {
                 let Some(harness) = $harness.await else { return };
-                $crate::conformance::$case(&*harness).await;
+                // A watchdog: a case that hangs fails under its own name instead of holding
+                // the whole run (every case finishes in seconds).
+                let ran = tokio::time::timeout(
+                    std::time::Duration::from_secs(180),
+                    $crate::conformance::$case(&*harness),
+                )
+                .await;
+                assert!(
+                    ran.is_ok(),
+                    "conformance case {} did not finish within 180 s",
+                    stringify!($case)
+                );
                 harness.cleanup().await;
             }
         )*
