@@ -237,8 +237,10 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
     let recorder = rudder_runtime::events::recorder(client.clone(), "kubelet", &node_name);
     let ran = rudder_kubelet::run(config, client, runtime, Some(recorder), shutdown).await;
     if let Some(managed) = managed {
+        tracing::info!("the kubelet stopped; stopping its containerd");
         managed.stop().await;
     }
+    tracing::info!("agent stopped");
     ran
 }
 

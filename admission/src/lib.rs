@@ -12,12 +12,14 @@
 //! trait the apiserver implements.
 
 mod default_class;
+mod in_use_protection;
 mod limit_ranger;
 mod namespace_lifecycle;
 mod pod_plugins;
 mod pod_security;
 
 pub use default_class::{default_of, DefaultClass};
+pub use in_use_protection::StorageObjectInUseProtection;
 pub use limit_ranger::LimitRanger;
 pub use namespace_lifecycle::{NamespaceLifecycle, NamespaceLookup, NamespaceState};
 pub use pod_plugins::{

@@ -485,6 +485,7 @@ pub async fn start(
         .with_mutating(DefaultTolerationSeconds)
         .with_mutating(rudder_admission::DefaultClass::storage(namespaces.clone()))
         .with_mutating(rudder_admission::DefaultClass::ingress(namespaces.clone()))
+        .with_mutating(rudder_admission::StorageObjectInUseProtection)
         .with_validating(NamespaceLifecycle::new(namespaces.clone()))
         .with_validating(rudder_admission::LimitRanger::new(namespaces.clone()))
         .with_validating(rudder_admission::PodSecurity::new(namespaces));

@@ -55,6 +55,8 @@ pub const SERVICE_ACCOUNTS: &[(&str, &str)] = &[
     ("persistentvolume-binder", "persistent-volume-binder"),
     // Rudder's in-process provisioner writes the volumes the binder binds.
     ("local-path-provisioner", "persistent-volume-binder"),
+    ("pvc-protection", "pvc-protection-controller"),
+    ("pv-protection", "pv-protection-controller"),
 ];
 
 /// Where the controllers' ServiceAccounts are.

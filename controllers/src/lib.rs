@@ -40,6 +40,7 @@ pub mod selection;
 pub mod serviceaccount;
 pub mod statefulset;
 pub mod tokens;
+pub mod volumeprotection;
 pub mod workqueue;
 
 // Shared with the scheduler; re-exported so controllers name them as before.
@@ -282,6 +283,12 @@ async fn run_controllers(config: Config, metrics: Arc<QueueMetrics>, shutdown: C
                 config.concurrency.deployment,
                 token,
             ),
+            volumeprotection::PVC_PROTECTION => {
+                volumeprotection::pvc_controller(&informers, client, queue, token)
+            }
+            volumeprotection::PV_PROTECTION => {
+                volumeprotection::pv_controller(&informers, client, queue, token)
+            }
             other => {
                 tracing::warn!(controller = other, "not implemented yet; skipped");
                 continue;

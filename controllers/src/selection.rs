@@ -34,6 +34,8 @@ pub const ALL: &[&str] = &[
     "nodeipam",
     "persistentvolume-binder",
     "local-path-provisioner",
+    "pvc-protection",
+    "pv-protection",
 ];
 
 /// The controllers that run.

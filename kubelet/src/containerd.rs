@@ -14,6 +14,9 @@ pub const PAUSE_IMAGE: &str = "localhost/pause:3.9";
 /// A general-purpose image imported beside it (busybox with `sh` as its command).
 pub const BUSYBOX_IMAGE: &str = "localhost/busybox:1.36";
 
+/// How long a starting containerd may take to serve its socket.
+const SOCKET_WAIT: Duration = Duration::from_secs(120);
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{what}: {source}")]
@@ -21,8 +24,18 @@ pub enum Error {
         what: String,
         source: std::io::Error,
     },
-    #[error("containerd did not answer on {socket} within 10 s; its log is {log}")]
-    NotStarted { socket: String, log: String },
+    #[error("containerd did not answer on {socket} within {seconds} s; its log is {log}")]
+    NotStarted {
+        socket: String,
+        seconds: u64,
+        log: String,
+    },
+    #[error("containerd exited ({status}) before it answered; its log is {log}:\n{tail}")]
+    Exited {
+        status: std::process::ExitStatus,
+        log: String,
+        tail: String,
+    },
     #[error("importing {image}: {message}")]
     Import { image: String, message: String },
     #[error(transparent)]
@@ -141,23 +154,12 @@ impl Managed {
             .stderr(log)
             .spawn()
             .map_err(io("starting containerd (package containerd)"))?;
-        let managed = Self {
+        let mut managed = Self {
             socket,
             child,
             bridge: bridge_name(&dir),
         };
-        for _ in 0..100 {
-            if managed.socket.exists() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        if !managed.socket.exists() {
-            return Err(Error::NotStarted {
-                socket: managed.socket.display().to_string(),
-                log: log_path.display().to_string(),
-            });
-        }
+        managed.wait_for_socket(&log_path).await?;
         managed
             .import(
                 PAUSE_IMAGE,
@@ -177,6 +179,41 @@ impl Managed {
             .await?;
         tracing::info!(socket = %managed.socket.display(), "containerd started");
         Ok(managed)
+    }
+
+    /// Waits until containerd serves its socket. A fresh containerd answers in well under a
+    /// second; one restarting over running pods first reconnects to every pod's shim, which
+    /// on a loaded machine takes many seconds — so the wait is long, and ends early (with
+    /// the end of containerd's log) when the process exits instead.
+    async fn wait_for_socket(&mut self, log_path: &Path) -> Result<(), Error> {
+        let started = std::time::Instant::now();
+        let mut said = false;
+        while !self.socket.exists() {
+            if let Some(status) = self.child.try_wait().map_err(io("watching containerd"))? {
+                let log = std::fs::read_to_string(log_path).unwrap_or_default();
+                let lines: Vec<&str> = log.lines().collect();
+                let tail = lines[lines.len().saturating_sub(10)..].join("\n");
+                return Err(Error::Exited {
+                    status,
+                    log: log_path.display().to_string(),
+                    tail,
+                });
+            }
+            let waited = started.elapsed();
+            if waited >= SOCKET_WAIT {
+                return Err(Error::NotStarted {
+                    socket: self.socket.display().to_string(),
+                    seconds: SOCKET_WAIT.as_secs(),
+                    log: log_path.display().to_string(),
+                });
+            }
+            if !said && waited >= Duration::from_secs(5) {
+                tracing::info!(socket = %self.socket.display(), "waiting for containerd to answer");
+                said = true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
     }
 
     /// `unix://…` of the socket.

@@ -337,22 +337,27 @@ async fn pods_reach_services_by_name_through_the_agents_proxy_and_dns() {
     );
 
     // ClusterIP by short name and by FQDN, spread over all three pods.
+    // A pod that has just turned Ready reaches the proxy's rules through its EndpointSlice
+    // a moment later; one exec is one try.
     let pods = ready_web_pods(&kubectl);
-    let seen: BTreeSet<String> = answers(&kubectl, "client", "web", 80, 30)
-        .into_iter()
-        .collect();
-    assert_eq!(seen, pods, "30 requests to http://web reach every pod");
+    until("30 requests to http://web reach every pod", 30, || {
+        let seen: BTreeSet<String> = answers(&kubectl, "client", "web", 80, 30)
+            .into_iter()
+            .collect();
+        seen == pods
+    })
+    .await;
     let fqdn = answers(&kubectl, "client", "web.default.svc.cluster.local", 80, 3);
     assert_eq!(fqdn.len(), 3, "{fqdn:?}");
     assert!(fqdn.iter().all(|a| pods.contains(a)), "{fqdn:?}");
-    // Hairpin: a pod reaching the Service it backs (itself among the choices).
+    // Hairpin: a pod reaching the Service it backs (itself among the choices), every
+    // request of one try answered.
     let some_pod = pods.iter().next().unwrap().clone();
-    let hairpin = answers(&kubectl, &some_pod, "web", 80, 12);
-    assert_eq!(
-        hairpin.len(),
-        12,
-        "every hairpin request is answered: {hairpin:?}"
-    );
+    until("every hairpin request is answered", 30, || {
+        let hairpin = answers(&kubectl, &some_pod, "web", 80, 12);
+        hairpin.len() == 12 && hairpin.iter().all(|a| pods.contains(a))
+    })
+    .await;
 
     // Scale to 1: only the one left answers; back to 3: all again.
     kubectl.ok(&["scale", "deployment", "web", "--replicas=1"]);
@@ -493,11 +498,17 @@ async fn pods_reach_services_by_name_through_the_agents_proxy_and_dns() {
         "agent-iptables.log",
         &["--proxy-mode", "iptables"],
     );
-    until("the agent chose iptables", 30, || {
-        let log = agent.log();
-        assert!(!log.contains("iptables is missing"), "{log}");
-        log.contains("service proxy mode: iptables")
-    })
+    // Its containerd restarts over the running pods' shims, which can take a while.
+    until(
+        "the agent chose iptables and its kubelet is back",
+        150,
+        || {
+            let log = agent.log();
+            assert!(!log.contains("iptables is missing"), "{log}");
+            assert!(!log.contains("error:"), "the agent failed:\n{log}");
+            log.contains("service proxy mode: iptables") && log.contains("node registered")
+        },
+    )
     .await;
     until("every web pod answers through iptables", 60, || {
         let seen: BTreeSet<String> = answers(&kubectl, "client", "web", 80, 30)

@@ -213,6 +213,30 @@ async fn volumes_bind_release_and_provision(storage: String) {
     })
     .await;
 
+    // In-use protection: both carry their finalizer; deleting the claim the pending pod
+    // refers to only marks it, and it goes once the pod has gone.
+    let claim = get(&kubectl, "pvc", "nothing-fits");
+    assert_eq!(
+        claim["metadata"]["finalizers"],
+        serde_json::json!(["kubernetes.io/pvc-protection"])
+    );
+    assert_eq!(
+        get(&kubectl, "pv", "small")["metadata"]["finalizers"],
+        serde_json::json!(["kubernetes.io/pv-protection"])
+    );
+    kubectl.ok(&["delete", "pvc", "nothing-fits", "--wait=false"]);
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let marked = get(&kubectl, "pvc", "nothing-fits");
+    assert!(
+        marked["metadata"]["deletionTimestamp"].is_string(),
+        "the claim in use stays, marked: {marked}"
+    );
+    kubectl.ok(&["delete", "pod", "waits", "--wait=false"]);
+    until("the claim goes with its pod", 30, || {
+        get(&kubectl, "pvc", "nothing-fits").is_null()
+    })
+    .await;
+
     // A StatefulSet on the default class: claims provisioned on the nodes its pods went to.
     kubectl.ok(&["apply", "-f", &kubectl.file("web.yaml", STATEFULSET)]);
     for ordinal in 0..2 {

@@ -72,6 +72,17 @@ pub(super) fn encode(
     Ok(value)
 }
 
+/// Whether two states of an object would be stored as the same bytes (before encryption),
+/// so writing one over the other changes nothing.
+pub(super) fn alike(values: &Values, info: &ResourceInfo, a: &Value, b: &Value) -> bool {
+    let a = info.strategy.api_to_stored(a);
+    let b = info.strategy.api_to_stored(b);
+    values.store_alike(
+        &object::for_storage(a.as_ref()),
+        &object::for_storage(b.as_ref()),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -294,7 +294,7 @@ impl Registry {
             object::remove_meta(&mut object, "resourceVersion");
             let mut unchanged = current.clone();
             object::remove_meta(&mut unchanged, "resourceVersion");
-            if object == unchanged {
+            if object == unchanged || storable::alike(&self.values, info, &object, &unchanged) {
                 return Ok(Written {
                     object: current,
                     created: false,
@@ -853,6 +853,64 @@ pub(super) mod tests {
             field_validation: FieldValidation::Strict,
             field_manager: None,
             managed_fields_set: false,
+        }
+    }
+
+    /// A write that stores the same bytes is no write (upstream's GuaranteedUpdate): a status
+    /// with zero counts, which protobuf storage reads back without them, must not take a new
+    /// resourceVersion each time a controller writes it again — that fed a controller's own
+    /// watch and made it rewrite the status many times a second.
+    #[tokio::test]
+    async fn rewriting_what_is_stored_takes_no_new_resource_version() {
+        let (registry, _dir) = registry_with(rudder_admission::Chain::new()).await;
+        let deployments = catalog::find("apps", "v1", "deployments").expect("deployments");
+        let deployment = json!({"metadata": {"name": "web", "namespace": "default"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}});
+        let input = |object: Value| Input {
+            object,
+            duplicate_fields: Vec::new(),
+        };
+        let created = registry
+            .create(deployments, Some("default"), input(deployment), &write())
+            .await
+            .expect("created")
+            .object;
+        let mut with_status = created.clone();
+        with_status["status"] = json!({"observedGeneration": 1, "replicas": 3,
+            "updatedReplicas": 3, "readyReplicas": 0, "availableReplicas": 0,
+            "unavailableReplicas": 3});
+        object::remove_meta(&mut with_status, "resourceVersion");
+        let status = Some(Subresource::Status);
+        let first = registry
+            .update(
+                deployments,
+                Some("default"),
+                "web",
+                status,
+                input(with_status.clone()),
+                &write(),
+            )
+            .await
+            .expect("status written")
+            .object;
+        let rv = |object: &Value| object::meta_str(object, "resourceVersion").to_string();
+        assert_ne!(rv(&first), rv(&created), "a real change is written");
+        for _ in 0..3 {
+            let again = registry
+                .update(
+                    deployments,
+                    Some("default"),
+                    "web",
+                    status,
+                    input(with_status.clone()),
+                    &write(),
+                )
+                .await
+                .expect("status written again")
+                .object;
+            assert_eq!(rv(&again), rv(&first), "the same status is no new write");
         }
     }
 

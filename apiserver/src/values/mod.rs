@@ -156,6 +156,22 @@ impl Values {
         Ok(sealed?)
     }
 
+    /// Whether `a` and `b` read back alike once stored: upstream compares the stored bytes
+    /// to find a write that changes nothing; here both go through the store's serialization
+    /// and back, so JSON that differs only in what the stored form does not keep (the zero
+    /// counts protobuf reads back as absent) is the same.
+    pub fn store_alike(&self, a: &Value, b: &Value) -> bool {
+        let stored = |object: &Value| {
+            format::serialize(self.media, object)
+                .ok()
+                .and_then(|bytes| format::deserialize(&bytes).ok())
+        };
+        match (stored(a), stored(b)) {
+            (Some(a), Some(b)) => a == b,
+            _ => false,
+        }
+    }
+
     /// The object stored under `key` (without its resourceVersion).
     pub fn decode(
         &self,

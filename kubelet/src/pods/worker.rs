@@ -157,14 +157,23 @@ pub async fn run(
     };
     loop {
         let update = updates.borrow_and_update().clone();
+        // The agent stops at once, mid-round too, as upstream's kubelet does: a round may be
+        // waiting out a container's grace period, and whatever it left undone the next agent
+        // finds and finishes (the pod's containers keep running meanwhile).
         let next = match update {
             Update::Pod(pod) => {
                 worker.pod = Some(pod.clone());
                 let span = tracing::debug_span!("sync_pod", pod = %pod_ref(&pod));
-                tracing::Instrument::instrument(worker.sync(&pod), span).await
+                tokio::select! {
+                    next = tracing::Instrument::instrument(worker.sync(&pod), span) => next,
+                    () = shutdown.cancelled() => return,
+                }
             }
             Update::Gone => {
-                worker.kill_everything(2).await;
+                tokio::select! {
+                    () = worker.kill_everything(2) => {}
+                    () = shutdown.cancelled() => {}
+                }
                 return;
             }
         };

@@ -229,6 +229,27 @@ fn table() -> Vec<(&'static str, bool, Vec<Value>)> {
             ],
         ),
         (
+            "pvc-protection-controller",
+            true,
+            vec![
+                rule(
+                    CORE,
+                    &["persistentvolumeclaims"],
+                    &["get", "list", "update", "watch"],
+                ),
+                rule(CORE, &["pods"], &["get", "list", "watch"]),
+            ],
+        ),
+        (
+            "pv-protection-controller",
+            true,
+            vec![rule(
+                CORE,
+                &["persistentvolumes"],
+                &["get", "list", "update", "watch"],
+            )],
+        ),
+        (
             "pod-garbage-collector",
             false,
             vec![
