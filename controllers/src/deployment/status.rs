@@ -210,6 +210,11 @@ pub fn calculate(
                 format!("ReplicaSet \"{new_name}\" is progressing."),
                 now,
             );
+            // Progress restarts the deadline (upstream replaces the condition each time the
+            // rollout moves), so a slow but steady rollout never times out.
+            if let Some(progressing) = conditions.iter_mut().find(|c| c.type_ == "Progressing") {
+                progressing.last_update_time = Some(Time(now));
+            }
         } else if timed_out(&conditions, deadline, now) {
             set_condition(
                 &mut conditions,

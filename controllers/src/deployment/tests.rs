@@ -101,3 +101,88 @@ fn template_hashes_ignore_the_hash_label_and_change_with_collisions() {
     }
     assert_ne!(template_hash(&template, None), hash);
 }
+
+mod progress {
+    use std::sync::Arc;
+
+    use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+    use k8s_openapi::jiff::Timestamp;
+    use serde_json::json;
+
+    use super::super::status::{calculate, timed_out, Progress};
+
+    fn replica_set(ready: i32) -> Arc<ReplicaSet> {
+        Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": "web-new"},
+                "status": {"replicas": 3, "readyReplicas": ready, "availableReplicas": ready}}))
+            .expect("a replica set"),
+        )
+    }
+
+    fn deployment(ready: i32, progressing_updated: &str) -> Deployment {
+        serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "d", "generation": 2},
+            "spec": {"replicas": 3, "progressDeadlineSeconds": 600,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": []}}},
+            "status": {"observedGeneration": 2, "replicas": 3, "updatedReplicas": 3,
+                "readyReplicas": ready, "availableReplicas": ready,
+                "conditions": [{"type": "Progressing", "status": "True",
+                    "reason": "ReplicaSetUpdated", "message": "ReplicaSet \"web-new\" is progressing.",
+                    "lastUpdateTime": progressing_updated, "lastTransitionTime": progressing_updated}]}
+        }))
+        .expect("a deployment")
+    }
+
+    /// Upstream refreshes `Progressing`'s lastUpdateTime whenever the rollout moves, so a
+    /// slow but steady rollout never passes its deadline; only standing still for
+    /// `progressDeadlineSeconds` does.
+    #[test]
+    fn progress_restarts_the_deadline_and_standing_still_runs_it_out() {
+        let now: Timestamp = "2026-12-03T12:20:00Z".parse().expect("a time");
+        let twenty_minutes_ago = "2026-12-03T12:00:00Z";
+        // One more pod became ready since the last status: the rollout moved just now.
+        let moved = deployment(1, twenty_minutes_ago);
+        let new = replica_set(2);
+        let status = calculate(
+            &moved,
+            std::slice::from_ref(&new),
+            Some(&new),
+            0,
+            Progress::Counts,
+            now,
+        );
+        let conditions = status.conditions.expect("conditions");
+        let progressing = conditions
+            .iter()
+            .find(|c| c.type_ == "Progressing")
+            .expect("Progressing");
+        assert_eq!(progressing.reason.as_deref(), Some("ReplicaSetUpdated"));
+        assert_eq!(
+            progressing.last_update_time.as_ref().map(|t| t.0),
+            Some(now),
+            "progress refreshes the update time"
+        );
+        assert!(!timed_out(&conditions, Some(600), now));
+        // Nothing moved for twenty minutes: past the ten-minute deadline.
+        let still = deployment(2, twenty_minutes_ago);
+        let status = calculate(
+            &still,
+            std::slice::from_ref(&new),
+            Some(&new),
+            0,
+            Progress::Counts,
+            now,
+        );
+        let progressing = status
+            .conditions
+            .expect("conditions")
+            .into_iter()
+            .find(|c| c.type_ == "Progressing")
+            .expect("Progressing");
+        assert_eq!(
+            progressing.reason.as_deref(),
+            Some("ProgressDeadlineExceeded")
+        );
+    }
+}
