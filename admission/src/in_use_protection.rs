@@ -6,12 +6,11 @@
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::{Attributes, Denied, Mutating, Operation};
+use rudder_facts::volumes::{
+    PVC_PROTECTION_FINALIZER as PVC_FINALIZER, PV_PROTECTION_FINALIZER as PV_FINALIZER,
+};
 
-/// The claims' finalizer.
-pub const PVC_FINALIZER: &str = "kubernetes.io/pvc-protection";
-/// The volumes' finalizer.
-pub const PV_FINALIZER: &str = "kubernetes.io/pv-protection";
+use crate::{Attributes, Denied, Mutating, Operation};
 
 pub struct StorageObjectInUseProtection;
 
@@ -39,26 +38,22 @@ impl Mutating for StorageObjectInUseProtection {
             _ => return Ok(()),
         };
         let Some(metadata) = object
-            .and_then(Value::as_object_mut)
-            .map(|object| {
-                object
-                    .entry("metadata")
-                    .or_insert_with(|| Value::Object(Default::default()))
-            })
+            .and_then(|object| object.get_mut("metadata"))
             .and_then(Value::as_object_mut)
         else {
             return Ok(());
         };
-        let finalizers = metadata
-            .entry("finalizers")
-            .or_insert_with(|| Value::Array(Vec::new()));
-        if finalizers.is_null() {
-            *finalizers = Value::Array(Vec::new());
-        }
-        if let Some(list) = finalizers.as_array_mut() {
-            if !list.iter().any(|f| f == finalizer) {
-                list.push(Value::from(finalizer));
+        match metadata.get_mut("finalizers") {
+            Some(Value::Array(list)) => {
+                if !list.iter().any(|f| f == finalizer) {
+                    list.push(Value::from(finalizer));
+                }
             }
+            None | Some(Value::Null) => {
+                metadata.insert("finalizers".into(), Value::from(vec![finalizer]));
+            }
+            // Not a list: validation refuses it.
+            Some(_) => {}
         }
         Ok(())
     }

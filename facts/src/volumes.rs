@@ -35,6 +35,10 @@ pub const PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
 pub const STORAGE_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
 /// The beta spelling of [`STORAGE_PROVISIONER`], still set for older provisioners.
 pub const BETA_STORAGE_PROVISIONER: &str = "volume.beta.kubernetes.io/storage-provisioner";
+/// The finalizer that keeps a claim while a pod uses it (StorageObjectInUseProtection).
+pub const PVC_PROTECTION_FINALIZER: &str = "kubernetes.io/pvc-protection";
+/// The finalizer that keeps a volume while it is bound.
+pub const PV_PROTECTION_FINALIZER: &str = "kubernetes.io/pv-protection";
 /// The pre-1.6 spelling of a claim's or volume's class.
 pub const BETA_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
 /// The provisioner of classes whose volumes are created by hand only.

@@ -24,12 +24,8 @@ pub enum Error {
         what: String,
         source: std::io::Error,
     },
-    #[error("containerd did not answer on {socket} within {seconds} s; its log is {log}")]
-    NotStarted {
-        socket: String,
-        seconds: u64,
-        log: String,
-    },
+    #[error("containerd did not answer on {socket} within {} s; its log is {log}", SOCKET_WAIT.as_secs())]
+    NotStarted { socket: String, log: String },
     #[error("containerd exited ({status}) before it answered; its log is {log}:\n{tail}")]
     Exited {
         status: std::process::ExitStatus,
@@ -203,7 +199,6 @@ impl Managed {
             if waited >= SOCKET_WAIT {
                 return Err(Error::NotStarted {
                     socket: self.socket.display().to_string(),
-                    seconds: SOCKET_WAIT.as_secs(),
                     log: log_path.display().to_string(),
                 });
             }

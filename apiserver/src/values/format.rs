@@ -84,7 +84,7 @@ pub fn is_protobuf(bytes: &[u8]) -> bool {
     bytes.starts_with(PROTOBUF_MAGIC)
 }
 
-fn has_protobuf_schema(object: &Value) -> bool {
+pub fn has_protobuf_schema(object: &Value) -> bool {
     let text = |field: &str| object.get(field).and_then(Value::as_str).unwrap_or("");
     protobuf::knows(text("apiVersion"), text("kind"))
 }

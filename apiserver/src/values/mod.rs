@@ -161,6 +161,11 @@ impl Values {
     /// and back, so JSON that differs only in what the stored form does not keep (the zero
     /// counts protobuf reads back as absent) is the same.
     pub fn store_alike(&self, a: &Value, b: &Value) -> bool {
+        // JSON reads back as written: only protobuf needs the round trip (the hot path of
+        // every update pays it only there).
+        if self.media == MediaType::Json || !format::has_protobuf_schema(a) {
+            return a == b;
+        }
         let stored = |object: &Value| {
             format::serialize(self.media, object)
                 .ok()

@@ -18,6 +18,9 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
+use rudder_facts::volumes::{
+    PVC_PROTECTION_FINALIZER as PVC_FINALIZER, PV_PROTECTION_FINALIZER as PV_FINALIZER,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::Result;
@@ -29,10 +32,6 @@ use crate::workqueue::Queue;
 pub const PVC_PROTECTION: &str = "pvc-protection";
 /// The volumes' controller in `--controllers`.
 pub const PV_PROTECTION: &str = "pv-protection";
-/// The finalizer that keeps a claim in use.
-pub const PVC_FINALIZER: &str = "kubernetes.io/pvc-protection";
-/// The finalizer that keeps a bound volume.
-pub const PV_FINALIZER: &str = "kubernetes.io/pv-protection";
 
 /// The claims `pod` refers to (by name, in its namespace).
 pub fn claims_of(pod: &Pod) -> Vec<String> {
