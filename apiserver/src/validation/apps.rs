@@ -211,6 +211,25 @@ fn validate_rolling(ru: &Value, path: &str, errs: &mut Errs) {
     }
 }
 
+/// A DaemonSet surges or leaves nodes short, never both: exactly one of the two is non-zero.
+fn validate_daemon_rolling(ru: &Value, path: &str, errs: &mut Errs) {
+    let unavailable = int_or_percent(ru, path, "maxUnavailable", errs);
+    let surge = int_or_percent(ru, path, "maxSurge", errs);
+    let non_zero = |value: Option<(i64, bool)>| value.is_some_and(|(n, _)| n != 0);
+    match (non_zero(unavailable), non_zero(surge)) {
+        (true, true) => errs.push(FieldError::invalid(
+            child(path, "maxSurge"),
+            ru.get("maxSurge").cloned().unwrap_or(Value::Null),
+            "may not be set when maxUnavailable is non-zero",
+        )),
+        (false, false) => errs.push(FieldError::required(
+            child(path, "maxUnavailable"),
+            "cannot be 0 when maxSurge is 0",
+        )),
+        _ => {}
+    }
+}
+
 fn validate_deployment(s: &Value, errs: &mut Errs) {
     if let Some(st) = json::obj_at(s, "spec", "strategy", errs) {
         let p = "spec.strategy";
@@ -366,7 +385,7 @@ fn validate_daemonset(s: &Value, errs: &mut Errs) {
         match json::str_or_empty(us, p, "type", errs) {
             "OnDelete" => {}
             "RollingUpdate" => match json::obj_at(us, p, "rollingUpdate", errs) {
-                Some(ru) => validate_rolling(ru, "spec.updateStrategy.rollingUpdate", errs),
+                Some(ru) => validate_daemon_rolling(ru, "spec.updateStrategy.rollingUpdate", errs),
                 None => errs.push(FieldError::required(
                     "spec.updateStrategy.rollingUpdate",
                     "",
@@ -511,8 +530,27 @@ mod tests {
         m.remove("replicas");
         m.remove("progressDeadlineSeconds");
         m.insert("updateStrategy".into(), json!({"type": "Foo"}));
-        assert_eq!(msgs("DaemonSet", &deployment(spec), None), vec![
+        assert_eq!(msgs("DaemonSet", &deployment(spec.clone()), None), vec![
             "spec.updateStrategy.type: Unsupported value: \"Foo\": supported values: \"OnDelete\", \"RollingUpdate\""
+        ]);
+        let rolling = |bounds: Value| {
+            let mut spec = spec.clone();
+            spec["updateStrategy"] = json!({"type": "RollingUpdate", "rollingUpdate": bounds});
+            msgs("DaemonSet", &deployment(spec), None)
+        };
+        assert_eq!(
+            rolling(json!({"maxUnavailable": 0, "maxSurge": 1})),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            rolling(json!({"maxUnavailable": "10%", "maxSurge": 0})),
+            Vec::<String>::new()
+        );
+        assert_eq!(rolling(json!({"maxUnavailable": 1, "maxSurge": "20%"})), vec![
+            "spec.updateStrategy.rollingUpdate.maxSurge: Invalid value: \"20%\": may not be set when maxUnavailable is non-zero"
+        ]);
+        assert_eq!(rolling(json!({"maxUnavailable": "0%", "maxSurge": 0})), vec![
+            "spec.updateStrategy.rollingUpdate.maxUnavailable: Required value: cannot be 0 when maxSurge is 0"
         ]);
     }
 }

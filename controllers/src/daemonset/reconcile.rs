@@ -3,20 +3,27 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, DaemonSetStatus};
+use k8s_openapi::api::apps::v1::{
+    ControllerRevision, DaemonSet, DaemonSetStatus, RollingUpdateDaemonSet,
+};
 use k8s_openapi::api::core::v1::{
     Affinity, Node, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
     PodTemplateSpec, Toleration,
 };
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 
+use super::rollout::{self, surplus_on_node, NodeSlot};
 use super::Context;
 use crate::error::Result;
 use crate::podtemplate::{delete_exact, pod_from_template};
+use crate::replicaset::is_available;
 use crate::revisions::{history, REVISION_HASH};
 use rudder_facts::nodes::{node_matches, untolerated};
 use rudder_facts::owners::is_controlled_by;
@@ -62,12 +69,25 @@ fn daemon_tolerations(template: &PodTemplateSpec) -> Vec<Toleration> {
     tolerations
 }
 
-/// Whether the DaemonSet's pod should run on `node`.
+/// Whether the DaemonSet's pod should run on `node`: it matches, and every `NoSchedule` and
+/// `NoExecute` taint is tolerated.
 pub(crate) fn should_run(template: &PodTemplateSpec, node: &Node) -> bool {
     let Some(spec) = template.spec.as_ref() else {
         return false;
     };
     node_matches(spec, node) && untolerated(node, &daemon_tolerations(template)).is_empty()
+}
+
+/// Whether a pod already on `node` may stay there: as upstream, a `NoSchedule` taint (an
+/// unreachable node's, say) keeps new pods off but does not evict; only a `NoExecute` one does.
+pub(crate) fn should_continue_running(template: &PodTemplateSpec, node: &Node) -> bool {
+    let Some(spec) = template.spec.as_ref() else {
+        return false;
+    };
+    node_matches(spec, node)
+        && untolerated(node, &daemon_tolerations(template))
+            .iter()
+            .all(|taint| taint.effect != "NoExecute")
 }
 
 /// The node a DaemonSet pod is for: where it runs, or the node its affinity pins it to.
@@ -144,6 +164,7 @@ pub async fn reconcile(set: Arc<DaemonSet>, context: Arc<Context>) -> Result<Act
     };
     let hash = revision_hash(&update).unwrap_or_default().to_string();
 
+    let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
     let nodes: Vec<Arc<Node>> = context.nodes.state();
     let pods: Vec<Arc<Pod>> = context
         .pods
@@ -152,16 +173,44 @@ pub async fn reconcile(set: Arc<DaemonSet>, context: Arc<Context>) -> Result<Act
         .filter(|pod| pod.namespace().as_deref() == Some(namespace.as_str()))
         .filter(|pod| is_controlled_by(&pod.metadata, &uid))
         .collect();
+    let key = format!("{namespace}/{}", set.name_any());
+    let exists = |uid: &str| pods.iter().any(|p| p.uid().as_deref() == Some(uid));
+    let live = |uid: &str| {
+        pods.iter()
+            .any(|p| p.uid().as_deref() == Some(uid) && p.metadata.deletion_timestamp.is_none())
+    };
+    let caught_up = context.expectations.satisfied(&key, exists, live);
+
+    let eligible: Vec<&Arc<Node>> = nodes
+        .iter()
+        .filter(|node| should_run(&spec.template, node))
+        .collect();
+    let desired = count(eligible.len());
+    let rolling_update = spec
+        .update_strategy
+        .as_ref()
+        .filter(|s| s.type_.as_deref().unwrap_or("RollingUpdate") == "RollingUpdate")
+        .map(|s| s.rolling_update.clone().unwrap_or_default());
+    let (max_surge, max_unavailable) = match &rolling_update {
+        Some(rolling) => surge_and_unavailable(rolling, desired),
+        None => (0, 0),
+    };
+    let min_ready =
+        Duration::from_secs(u64::try_from(spec.min_ready_seconds.unwrap_or(0)).unwrap_or(0));
+    let now = Timestamp::now();
+    let available = |pod: &Pod| is_available(pod, min_ready, now);
+    let is_new = |pod: &Pod| pod.labels().get(REVISION_HASH) == Some(&hash);
+
     let mut by_node: BTreeMap<String, Vec<Arc<Pod>>> = BTreeMap::new();
     for pod in &pods {
         if let Some(node) = node_of(pod) {
             by_node.entry(node).or_default().push(pod.clone());
         }
     }
-    let mut desired = 0;
     let mut misscheduled = 0;
     let mut create_on: Vec<String> = Vec::new();
     let mut doomed: Vec<Arc<Pod>> = Vec::new();
+    let mut kept: Vec<(String, Vec<Arc<Pod>>)> = Vec::new();
     for node in &nodes {
         let name = node.name_any();
         let here: Vec<Arc<Pod>> = by_node.remove(&name).unwrap_or_default();
@@ -170,29 +219,34 @@ pub async fn reconcile(set: Arc<DaemonSet>, context: Arc<Context>) -> Result<Act
             .filter(|pod| pod.metadata.deletion_timestamp.is_none())
             .cloned()
             .collect();
-        if should_run(&spec.template, node) {
-            desired += 1;
-            // A failed pod is replaced; a second pod on one node goes (the oldest stays).
-            let (failed, running): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) =
-                live.into_iter().partition(|pod| is_terminal(pod));
-            doomed.extend(failed);
-            let mut running = running;
-            running.sort_by(|a, b| {
-                a.metadata
-                    .creation_timestamp
-                    .cmp(&b.metadata.creation_timestamp)
-            });
-            if running.is_empty()
-                && here
-                    .iter()
-                    .all(|pod| pod.metadata.deletion_timestamp.is_none() || is_terminal(pod))
-            {
-                create_on.push(name);
+        if !eligible.iter().any(|n| n.name_any() == name) {
+            if !live.is_empty() {
+                misscheduled += 1;
+                if !should_continue_running(&spec.template, node) {
+                    doomed.extend(live);
+                }
             }
-            doomed.extend(running.into_iter().skip(1));
-        } else if !live.is_empty() {
-            misscheduled += 1;
-            doomed.extend(live);
+            continue;
+        }
+        // A failed pod is replaced; of several on one node, the surplus goes.
+        let (failed, mut running): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) =
+            live.into_iter().partition(|pod| is_terminal(pod));
+        doomed.extend(failed);
+        running.sort_by(|a, b| {
+            a.metadata
+                .creation_timestamp
+                .cmp(&b.metadata.creation_timestamp)
+        });
+        let surplus = surplus_on_node(&running, max_surge > 0, is_new, is_ready);
+        running.retain(|pod| !surplus.iter().any(|s| Arc::ptr_eq(s, pod)));
+        doomed.extend(surplus);
+        let terminating = here
+            .iter()
+            .any(|pod| pod.metadata.deletion_timestamp.is_some() && !is_terminal(pod));
+        if running.is_empty() && !terminating {
+            create_on.push(name);
+        } else {
+            kept.push((name, running));
         }
     }
     // Pods for nodes that are gone.
@@ -202,77 +256,68 @@ pub async fn reconcile(set: Arc<DaemonSet>, context: Arc<Context>) -> Result<Act
                 .filter(|p| p.metadata.deletion_timestamp.is_none()),
         );
     }
-    for pod in &doomed {
-        delete_pod(&context, &pods_api, &set, pod).await?;
-    }
-    for node in &create_on {
-        let template = pinned_to(&spec.template, node);
-        let mut pod = pod_from_template(set.as_ref(), &template, &set.name_any());
-        pod.metadata
-            .labels
-            .get_or_insert_with(BTreeMap::new)
-            .insert(REVISION_HASH.into(), hash.clone());
-        match pods_api.create(&PostParams::default(), &pod).await {
-            Ok(created) => {
-                publish(
-                    &context,
-                    &set,
-                    "SuccessfulCreate",
-                    format!("Created pod: {}", created.name_any()),
-                )
-                .await;
-            }
-            Err(kube::Error::Api(status)) if status.code == 403 => {}
-            Err(error) => return Err(error.into()),
-        }
-    }
-
-    // RollingUpdate: replace old pods, maxUnavailable nodes at a time.
-    let live: Vec<&Arc<Pod>> = pods
-        .iter()
-        .filter(|pod| pod.metadata.deletion_timestamp.is_none() && !is_terminal(pod))
-        .collect();
-    let rolling = spec
-        .update_strategy
-        .as_ref()
-        .and_then(|s| s.type_.as_deref())
-        .unwrap_or("RollingUpdate")
-        == "RollingUpdate";
-    if rolling && doomed.is_empty() && create_on.is_empty() {
-        let max_unavailable = spec
-            .update_strategy
-            .as_ref()
-            .and_then(|s| s.rolling_update.as_ref())
-            .and_then(|r| r.max_unavailable.as_ref());
-        let budget = crate::deployment::resolve_unavailable(max_unavailable, desired);
-        let unavailable = live.iter().filter(|pod| !is_ready(pod)).count();
-        let stale: Vec<&&Arc<Pod>> = live
+    if caught_up && rolling_update.is_some() && doomed.is_empty() && create_on.is_empty() {
+        let slots: Vec<NodeSlot<'_>> = kept
             .iter()
-            .filter(|pod| pod.labels().get(REVISION_HASH) != Some(&hash))
+            .map(|(node, running)| NodeSlot {
+                node,
+                old: running.iter().find(|p| !is_new(p)).map(|p| p.as_ref()),
+                new: running.iter().find(|p| is_new(p)).map(|p| p.as_ref()),
+            })
             .collect();
-        let room = usize::try_from(budget)
-            .unwrap_or(1)
-            .saturating_sub(unavailable);
-        for pod in stale.into_iter().take(room) {
-            delete_pod(&context, &pods_api, &set, pod).await?;
+        let step = rollout::step(&slots, max_surge, max_unavailable, available);
+        doomed.extend(
+            pods.iter()
+                .filter(|pod| step.delete.contains(&pod.name_any()))
+                .cloned(),
+        );
+        create_on = step.create_on;
+    }
+    if caught_up {
+        for pod in &doomed {
+            delete_pod(&context, &pods_api, &set, &key, pod).await?;
+        }
+        for node in &create_on {
+            create_pod(&context, &pods_api, &set, &key, node, &hash).await?;
         }
     }
 
-    let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
-    let scheduled = live.iter().filter(|pod| node_of(pod).is_some()).count();
-    let ready = live.iter().filter(|pod| is_ready(pod)).count();
-    let updated = live
-        .iter()
-        .filter(|pod| pod.labels().get(REVISION_HASH) == Some(&hash))
-        .count();
+    // Status, node by node, from the oldest live pod each node holds (as upstream).
+    let (mut scheduled, mut ready, mut available_nodes, mut updated) = (0, 0, 0, 0);
+    let mut waiting_for_min_ready = false;
+    for node in &eligible {
+        let name = node.name_any();
+        let oldest = pods
+            .iter()
+            .filter(|pod| pod.metadata.deletion_timestamp.is_none() && !is_terminal(pod))
+            .filter(|pod| node_of(pod).as_deref() == Some(name.as_str()))
+            .min_by(|a, b| {
+                a.metadata
+                    .creation_timestamp
+                    .cmp(&b.metadata.creation_timestamp)
+            });
+        let Some(pod) = oldest else { continue };
+        scheduled += 1;
+        if is_ready(pod) {
+            ready += 1;
+            if available(pod) {
+                available_nodes += 1;
+            } else {
+                waiting_for_min_ready = true;
+            }
+        }
+        if is_new(pod) {
+            updated += 1;
+        }
+    }
     let status = DaemonSetStatus {
         current_number_scheduled: count(scheduled),
         desired_number_scheduled: desired,
         number_misscheduled: misscheduled,
         number_ready: count(ready),
-        number_available: (ready > 0).then(|| count(ready)),
-        number_unavailable: (usize::try_from(desired).unwrap_or(0) > ready)
-            .then(|| desired - count(ready)),
+        number_available: (available_nodes > 0).then(|| count(available_nodes)),
+        number_unavailable: (desired > count(available_nodes))
+            .then(|| desired - count(available_nodes)),
         updated_number_scheduled: (updated > 0).then(|| count(updated)),
         observed_generation: set.metadata.generation,
         collision_count: set.status.as_ref().and_then(|s| s.collision_count),
@@ -285,10 +330,25 @@ pub async fn reconcile(set: Arc<DaemonSet>, context: Arc<Context>) -> Result<Act
             .replace_status(&set.name_any(), &PostParams::default(), &updated_set)
             .await?;
     }
+    if !caught_up {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    if waiting_for_min_ready {
+        return Ok(Action::requeue(min_ready.min(Duration::from_secs(30))));
+    }
     Ok(Action::await_change())
 }
 
-async fn delete_pod(context: &Context, api: &Api<Pod>, set: &DaemonSet, pod: &Pod) -> Result<()> {
+async fn delete_pod(
+    context: &Context,
+    api: &Api<Pod>,
+    set: &DaemonSet,
+    key: &str,
+    pod: &Pod,
+) -> Result<()> {
+    if let Some(uid) = pod.uid() {
+        context.expectations.deleted(key, uid);
+    }
     if delete_exact(api, &pod.name_any(), pod.uid(), None).await? {
         publish(
             context,
@@ -299,6 +359,63 @@ async fn delete_pod(context: &Context, api: &Api<Pod>, set: &DaemonSet, pod: &Po
         .await;
     }
     Ok(())
+}
+
+/// A pod of the current template (`hash`), pinned to `node`.
+async fn create_pod(
+    context: &Context,
+    api: &Api<Pod>,
+    set: &DaemonSet,
+    key: &str,
+    node: &str,
+    hash: &str,
+) -> Result<()> {
+    let Some(spec) = set.spec.as_ref() else {
+        return Ok(());
+    };
+    let template = pinned_to(&spec.template, node);
+    let mut pod = pod_from_template(set, &template, &set.name_any());
+    pod.metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(REVISION_HASH.into(), hash.to_string());
+    match api.create(&PostParams::default(), &pod).await {
+        Ok(created) => {
+            if let Some(uid) = created.uid() {
+                context.expectations.created(key, uid);
+            }
+            publish(
+                context,
+                set,
+                "SuccessfulCreate",
+                format!("Created pod: {}", created.name_any()),
+            )
+            .await;
+            Ok(())
+        }
+        // Forbidden: the namespace is terminating (or a quota says no); the next change retries.
+        Err(kube::Error::Api(status)) if status.code == 403 => Ok(()),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// `(maxSurge, maxUnavailable)` over `desired` nodes, percentages rounded up (as upstream for
+/// DaemonSets); both zero would never move, so unavailability is then 1.
+pub(crate) fn surge_and_unavailable(
+    rolling: &RollingUpdateDaemonSet,
+    desired: i32,
+) -> (usize, usize) {
+    let resolve = |value: Option<&IntOrString>, default: i32| match value {
+        None => default,
+        Some(value) => crate::deployment::resolve_percent(value, desired, true),
+    };
+    let surge = resolve(rolling.max_surge.as_ref(), 0);
+    let mut unavailable = resolve(rolling.max_unavailable.as_ref(), 1);
+    if surge == 0 && unavailable == 0 {
+        unavailable = 1;
+    }
+    let size = |n: i32| usize::try_from(n).unwrap_or(0);
+    (size(surge), size(unavailable))
 }
 
 async fn publish(context: &Context, set: &DaemonSet, reason: &str, note: String) {

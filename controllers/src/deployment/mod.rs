@@ -32,15 +32,13 @@ use crate::workqueue::Queue;
 
 pub use reconcile::reconcile;
 
-/// `maxUnavailable` (default 1) of `total`, rounded down, at least 1 (DaemonSets share it).
-pub fn resolve_unavailable(
-    value: Option<&k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>,
+/// An absolute or percentage rollout bound over `total`, rounded up or down.
+pub fn resolve_percent(
+    value: &k8s_openapi::apimachinery::pkg::util::intstr::IntOrString,
     total: i32,
+    round_up: bool,
 ) -> i32 {
-    match value {
-        None => 1,
-        Some(value) => rolling::resolve(Some(value), 0, total, false).max(1),
-    }
+    rolling::resolve(Some(value), 0, total, round_up)
 }
 
 /// What the Deployment controller's reconciles share.

@@ -33,6 +33,7 @@ use crate::runner::{self, counted, key_of};
 use crate::workqueue::Queue;
 
 pub(crate) use ranking::order_for_deletion;
+pub(crate) use reconcile::is_available;
 pub use reconcile::reconcile;
 
 /// What the ReplicaSet controller's reconciles share.
