@@ -2,12 +2,16 @@
 //! governing Service, and their own PersistentVolumeClaims from `volumeClaimTemplates`; created
 //! in order and each Running and Ready before the next (OrderedReady) or all at once
 //! (Parallel), removed from the highest ordinal down; templates kept as ControllerRevisions
-//! ([`revisions`]) and rolled out from the highest ordinal down to `partition`, one pod at a
-//! time (RollingUpdate), or only to pods deleted by hand (OnDelete);
+//! ([`revisions`]) and rolled out from the highest ordinal down to `partition`, `maxUnavailable`
+//! pods (default 1) at a time (RollingUpdate), or only to pods deleted by hand (OnDelete); a
+//! pod counts as available `minReadySeconds` after it is ready;
 //! `persistentVolumeClaimRetentionPolicy` decides whether claims go with the set or with
 //! scaled-down pods.
 
 mod reconcile;
+mod rolling;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 

@@ -1,23 +1,27 @@
 //! One StatefulSet's sync, in upstream's order: its revisions, failed pods replaced, missing
 //! pods created (in order, with their claims), pods beyond the replicas removed (highest
-//! first), the rolling update advanced one pod, history trimmed, status reported.
+//! first), the rolling update advanced (see `rolling`), history trimmed, status reported.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet, StatefulSetStatus};
 use k8s_openapi::api::core::v1::{
     PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, Volume,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 
+use super::rolling::{self, Member};
 use super::Context;
 use crate::error::Result;
 use crate::podtemplate::{controller_reference, delete_exact, pod_from_template};
+use crate::replicaset::is_available;
 use crate::revisions::{history, template_of, REVISION_HASH};
 use rudder_facts::owners::is_controlled_by;
 use rudder_facts::pods::{is_ready, is_terminal};
@@ -27,8 +31,10 @@ pub const POD_NAME: &str = "statefulset.kubernetes.io/pod-name";
 pub const POD_INDEX: &str = "apps.kubernetes.io/pod-index";
 const HISTORY_LIMIT: i32 = 10;
 
-fn running_and_ready(pod: &Pod) -> bool {
-    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") && is_ready(pod)
+/// Running, ready, and so for `min_ready` (a StatefulSet's `minReadySeconds`).
+fn running_and_available(pod: &Pod, min_ready: Duration, now: Timestamp) -> bool {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        && is_available(pod, min_ready, now)
 }
 
 /// The ordinal in a pod's name `<set>-<ordinal>`.
@@ -105,6 +111,10 @@ pub async fn reconcile(set: Arc<StatefulSet>, context: Arc<Context>) -> Result<A
         .and_then(|s| s.rolling_update.as_ref())
         .and_then(|r| r.partition)
         .unwrap_or(0);
+    let min_ready =
+        Duration::from_secs(u64::try_from(spec.min_ready_seconds.unwrap_or(0)).unwrap_or(0));
+    let now = Timestamp::now();
+    let available = |pod: &Pod| running_and_available(pod, min_ready, now);
     let by_ordinal: BTreeMap<i32, Arc<Pod>> = pods
         .iter()
         .filter_map(|pod| Some((ordinal(&name, pod)?, pod.clone())))
@@ -124,7 +134,7 @@ pub async fn reconcile(set: Arc<StatefulSet>, context: Arc<Context>) -> Result<A
         for ordinal in wanted.clone() {
             match by_ordinal.get(&ordinal) {
                 Some(pod) => {
-                    if !parallel && !running_and_ready(pod) {
+                    if !parallel && !available(pod) {
                         break;
                     }
                 }
@@ -158,7 +168,7 @@ pub async fn reconcile(set: Arc<StatefulSet>, context: Arc<Context>) -> Result<A
     }
     // Pods beyond the replicas, highest first.
     if !changed {
-        let all_ready = by_ordinal.values().all(|pod| running_and_ready(pod));
+        let all_ready = by_ordinal.values().all(|pod| available(pod));
         for (_, pod) in by_ordinal
             .iter()
             .rev()
@@ -181,16 +191,35 @@ pub async fn reconcile(set: Arc<StatefulSet>, context: Arc<Context>) -> Result<A
             }
         }
     }
-    // The rolling update: the highest pod not yet at the update revision, once all are ready.
+    // The rolling update: from the highest ordinal down to `partition`, at most
+    // `maxUnavailable` pods unhealthy at a time.
     if !changed && rolling {
-        let all_ready = by_ordinal.values().all(|pod| running_and_ready(pod));
-        let stale = by_ordinal
+        let rolling_update = spec
+            .update_strategy
+            .as_ref()
+            .and_then(|s| s.rolling_update.as_ref());
+        let members: Vec<Member<'_>> = by_ordinal
             .iter()
-            .rev()
-            .filter(|(ordinal, _)| wanted.contains(ordinal) && **ordinal >= partition)
-            .find(|(_, pod)| hash_of(pod) != Some(update_hash.as_str()));
-        if let (true, Some((_, pod))) = (all_ready, stale) {
-            if pod.metadata.deletion_timestamp.is_none() {
+            .filter(|(ordinal, _)| wanted.contains(ordinal))
+            .map(|(ordinal, pod)| Member {
+                ordinal: *ordinal,
+                pod,
+                healthy: available(pod) && pod.metadata.deletion_timestamp.is_none(),
+                updated: hash_of(pod) == Some(update_hash.as_str()),
+            })
+            .collect();
+        let budget = rolling::max_unavailable(rolling_update, replicas);
+        let missing = usize::try_from(replicas)
+            .unwrap_or(0)
+            .saturating_sub(members.len());
+        let ordered_and_waiting = !parallel && (missing > 0 || members.iter().any(|m| !m.healthy));
+        let next = if ordered_and_waiting {
+            Vec::new()
+        } else {
+            rolling::next_to_replace(&members, missing, partition, budget)
+        };
+        for ordinal in next {
+            if let Some(pod) = by_ordinal.get(&ordinal) {
                 delete_pod(&context, &pods_api, &set, pod).await?;
             }
         }
@@ -211,6 +240,7 @@ pub async fn reconcile(set: Arc<StatefulSet>, context: Arc<Context>) -> Result<A
         .filter(|pod| hash_of(pod) == Some(current_hash.as_str()))
         .count();
     let ready = live.iter().filter(|pod| is_ready(pod)).count();
+    let available_count = live.iter().filter(|pod| available(pod)).count();
     let update_name = update.name_any();
     let current_name = if updated == usize::try_from(replicas).unwrap_or(0) && ready == updated {
         update_name.clone()
@@ -224,7 +254,7 @@ pub async fn reconcile(set: Arc<StatefulSet>, context: Arc<Context>) -> Result<A
         observed_generation: set.metadata.generation,
         replicas: count(live.len()),
         ready_replicas: (ready > 0).then(|| count(ready)),
-        available_replicas: Some(count(ready)),
+        available_replicas: Some(count(available_count)),
         current_replicas: (current > 0).then(|| count(current)),
         updated_replicas: (updated > 0).then(|| count(updated)),
         current_revision: Some(current_name),
@@ -248,6 +278,10 @@ pub async fn reconcile(set: Arc<StatefulSet>, context: Arc<Context>) -> Result<A
         &current_hash,
     )
     .await?;
+    if available_count < ready {
+        // Pods ready but not yet for minReadySeconds: look again when they may be.
+        return Ok(Action::requeue(min_ready.min(Duration::from_secs(30))));
+    }
     Ok(Action::await_change())
 }
 
