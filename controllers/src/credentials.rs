@@ -36,6 +36,10 @@ pub const SERVICE_ACCOUNTS: &[(&str, &str)] = &[
     ("daemonset", "daemon-set-controller"),
     ("endpoints", "endpoint-controller"),
     ("endpointslice", "endpointslice-controller"),
+    (
+        "endpointslicemirroring",
+        "endpointslicemirroring-controller",
+    ),
     ("cluster-dns-endpoints", "cluster-dns-endpoints-controller"),
     ("job", "job-controller"),
     ("cronjob", "cronjob-controller"),

@@ -21,6 +21,7 @@ pub mod daemonset;
 pub mod deployment;
 pub mod disruption;
 pub mod endpoints;
+pub mod endpointslicemirroring;
 pub mod error;
 pub mod expectations;
 pub mod gc;
@@ -248,6 +249,9 @@ async fn run_controllers(config: Config, metrics: Arc<QueueMetrics>, shutdown: C
             ),
             "endpoints" => endpoints::controller(&informers, client, false, queue, 5, token),
             "endpointslice" => endpoints::controller(&informers, client, true, queue, 5, token),
+            endpointslicemirroring::NAME => {
+                endpointslicemirroring::controller(&informers, client, identity, queue, token)
+            }
             clusterdns::NAME => clusterdns::controller(&informers, client, queue, token),
             "job" => job::controller(
                 &informers,

@@ -18,6 +18,7 @@ pub const ALL: &[&str] = &[
     "daemonset",
     "endpoints",
     "endpointslice",
+    "endpointslicemirroring",
     "cluster-dns-endpoints",
     "job",
     "cronjob",

@@ -16,6 +16,8 @@ use kube::{Resource, ResourceExt};
 pub const SERVICE_NAME: &str = "kubernetes.io/service-name";
 /// The `endpointslice.kubernetes.io/managed-by` value of this controller's slices.
 pub const MANAGED_BY: &str = "endpointslice-controller.k8s.io";
+/// The label that keeps the mirroring controller off an Endpoints.
+const SKIP_MIRROR: &str = crate::endpointslicemirroring::build::SKIP_MIRROR;
 /// upstream's `--max-endpoints-per-slice` default.
 const PER_SLICE: usize = 100;
 
@@ -153,7 +155,15 @@ pub fn endpoints_for(service: &Service, pods: &[Arc<Pod>]) -> Endpoints {
         metadata: ObjectMeta {
             name: Some(service.name_any()),
             namespace: service.namespace(),
-            labels: Some(service.labels().clone()),
+            // As upstream's: what this controller writes is mirrored by no one.
+            labels: Some(
+                service
+                    .labels()
+                    .clone()
+                    .into_iter()
+                    .chain([(SKIP_MIRROR.to_string(), "true".to_string())])
+                    .collect(),
+            ),
             // Not upstream's, which deletes Endpoints by name: an owner reference lets the
             // garbage collector remove them with their Service.
             owner_references: Some(vec![service_reference(service, false)]),

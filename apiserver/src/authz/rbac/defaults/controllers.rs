@@ -143,6 +143,19 @@ fn table() -> Vec<(&'static str, bool, Vec<Value>)> {
             ],
         ),
         (
+            "endpointslicemirroring-controller",
+            true,
+            vec![
+                rule(CORE, &["endpoints", "services"], READ),
+                rule(CORE, &["endpoints/finalizers"], UPDATE),
+                rule(
+                    &["discovery.k8s.io"],
+                    &["endpointslices"],
+                    READ_WRITE_NO_PATCH,
+                ),
+            ],
+        ),
+        (
             "generic-garbage-collector",
             true,
             vec![rule(
