@@ -301,8 +301,14 @@ async fn run_controllers(config: Config, metrics: Arc<QueueMetrics>, shutdown: C
         controllers.push(controller);
     }
     tracing::info!(controllers = ?config.controllers.names(), "controller-manager started");
-    tokio::join!(
-        informers.run(shutdown.clone()),
-        futures::future::join_all(controllers)
-    );
+    // Changes queue up meanwhile; no controller acts on a partial view.
+    let work = async {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = informers.synced() => {}
+        }
+        tracing::info!("informers synced; controllers at work");
+        futures::future::join_all(controllers).await;
+    };
+    tokio::join!(informers.run(shutdown.clone()), work);
 }

@@ -2,9 +2,10 @@
 //!
 //! A controller asks for an [`Informer`] of a type while the manager is being assembled; the
 //! first request creates the type's reflector, and every request hands out a read-only
-//! [`Store`] of it and a subscription of its own to the type's changes. [`Informers::start`]
+//! [`Store`] of it and a subscription of its own to the type's changes. [`Informers::run`]
 //! then runs one watch per type — after every subscription exists, so none misses the initial
-//! list.
+//! list — and [`Informers::synced`] says when every store holds its first full list, before
+//! which no controller should act.
 //!
 //! A change is the object's new state, or its last state when it was deleted — deletions
 //! included, which kube-runtime's own shared streams leave out and which controllers need (a
@@ -30,7 +31,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_util::sync::CancellationToken;
 
@@ -85,6 +86,8 @@ pub struct Informers {
     entries: Mutex<HashMap<TypeId, Box<dyn Any + Send>>>,
     /// The reflectors to run, one per type.
     pending: Mutex<Vec<BoxFuture<'static, ()>>>,
+    /// How many types' stores hold their first full list.
+    listed: Arc<watch::Sender<usize>>,
 }
 
 impl Informers {
@@ -93,7 +96,23 @@ impl Informers {
             client,
             entries: Mutex::new(HashMap::new()),
             pending: Mutex::new(Vec::new()),
+            listed: Arc::new(watch::Sender::new(0)),
         }
+    }
+
+    /// Returns once every informer asked for so far holds its first full list — upstream's
+    /// `WaitForCacheSync`: a controller that acted before would see a ReplicaSet but not yet
+    /// its pods, and create them again (as a newly elected leader, or a restarted server,
+    /// over a cluster that already has them).
+    pub async fn synced(&self) {
+        let types = self
+            .entries
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .len();
+        let mut listed = self.listed.subscribe();
+        // The sender lives as long as `self`: the wait ends only by the count.
+        let _ = listed.wait_for(|count| *count >= types).await;
     }
 
     /// The informer of every `K` in the cluster; one watch for every caller.
@@ -158,7 +177,13 @@ impl Informers {
         let (store, writer) = reflector::store::<K>();
         let subscribers: Subscribers<K> = Arc::default();
         let api: Api<K> = Api::all(self.client.clone());
-        let reflect = reflect(api, writer, store.clone(), subscribers.clone());
+        let reflect = reflect(
+            api,
+            writer,
+            store.clone(),
+            subscribers.clone(),
+            self.listed.clone(),
+        );
         self.pending
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -219,6 +244,7 @@ async fn reflect<K>(
     mut writer: reflector::store::Writer<K>,
     store: Store<K>,
     subscribers: Subscribers<K>,
+    listed: Arc<watch::Sender<usize>>,
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
@@ -228,6 +254,7 @@ async fn reflect<K>(
         .boxed();
     // During a re-list: what the store held before it, to report what vanished.
     let mut before_relist: Option<HashMap<ObjectRef<K>, Arc<K>>> = None;
+    let mut first_list_done = false;
     while let Some(event) = events.next().await {
         let event = match event {
             Ok(event) => event,
@@ -262,6 +289,10 @@ async fn reflect<K>(
             watcher::Event::InitDone => {
                 for (_, vanished) in before_relist.take().unwrap_or_default() {
                     broadcast(&subscribers, &vanished, true);
+                }
+                if !first_list_done {
+                    first_list_done = true;
+                    listed.send_modify(|count| *count += 1);
                 }
             }
             watcher::Event::Init => {}
