@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{EnvVar, Pod, PodTemplateSpec};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::EventType;
 use kube::ResourceExt;
 
@@ -141,11 +141,7 @@ pub async fn delete_pods(
     for pod in pods {
         if deletion == Deletion::Uncounted {
             if let Some(uid) = pod.uid() {
-                context.removals.expect(key, uid.clone());
-                if !release(api, pod).await? {
-                    context.removals.failed(key, &uid);
-                    continue;
-                }
+                release_tracked(context, api, key, pod, &uid).await?;
             }
         }
         if delete_exact(api, &pod.name_any(), pod.uid(), None).await? {
@@ -160,34 +156,58 @@ pub async fn delete_pods(
     Ok(deleted)
 }
 
-/// Takes the tracking finalizer off `pod`, written against its resourceVersion (a lost race
-/// reads the pod again); true when the pod no longer carries it (or is gone).
+/// A strategic-merge patch that takes one value out of `metadata.finalizers`, leaving any
+/// other finalizer (and any change made meanwhile) as it is.
+#[derive(Debug, serde::Serialize)]
+struct FinalizerRemoval {
+    metadata: RemovalFromMetadata,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct RemovalFromMetadata {
+    #[serde(rename = "$deleteFromPrimitiveList/finalizers")]
+    finalizers: [&'static str; 1],
+}
+
+/// Takes the tracking finalizer off `pod`; true when the pod no longer carries it (or is gone).
 pub async fn release(api: &Api<Pod>, pod: &Pod) -> Result<bool> {
-    let mut current = pod.clone();
-    for _ in 0..3 {
-        if !current.finalizers().iter().any(|f| f == FINALIZER) {
-            return Ok(true);
-        }
-        let mut changed = current.clone();
-        if let Some(finalizers) = changed.metadata.finalizers.as_mut() {
-            finalizers.retain(|f| f != FINALIZER);
-        }
-        match api
-            .replace(&current.name_any(), &PostParams::default(), &changed)
-            .await
-        {
-            Ok(_) => return Ok(true),
-            Err(kube::Error::Api(status)) if status.code == 404 => return Ok(true),
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                match api.get_opt(&current.name_any()).await? {
-                    Some(fresh) if fresh.uid() == pod.uid() => current = fresh,
-                    _ => return Ok(true),
-                }
-            }
-            Err(error) => return Err(error.into()),
-        }
+    if !pod.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(true);
     }
-    Ok(false)
+    let patch = FinalizerRemoval {
+        metadata: RemovalFromMetadata {
+            finalizers: [FINALIZER],
+        },
+    };
+    match api
+        .patch(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Strategic(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(true),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// [`release`], remembered in the Job's pending removals while the informer catches up (and
+/// forgotten again if it failed).
+pub async fn release_tracked(
+    context: &Context,
+    api: &Api<Pod>,
+    key: &str,
+    pod: &Pod,
+    uid: &str,
+) -> Result<()> {
+    context.removals.expect(key, uid.to_string());
+    if let Err(error) = release(api, pod).await {
+        context.removals.failed(key, uid);
+        return Err(error);
+    }
+    Ok(())
 }
 
 pub async fn publish(context: &Context, job: &Job, reason: &str, note: String, type_: EventType) {

@@ -18,7 +18,7 @@ use kube::ResourceExt;
 
 use super::census::{self, Census, Outcome};
 use super::indexes::{compress, index_of, next_failure_counts};
-use super::pod_control::{create_pods, delete_pods, publish, release, Deletion, NewPod};
+use super::pod_control::{create_pods, delete_pods, publish, release_tracked, Deletion, NewPod};
 use super::tracking::{harvest, has_finalizer, only_failed_replaced, Ending, Ledger};
 use super::Context;
 use crate::error::Result;
@@ -122,6 +122,14 @@ pub async fn reconcile(job: Arc<Job>, context: Arc<Context>) -> Result<Action> {
     }
     let now = Timestamp::now();
     let census = census::take(&job, &owned, &pending, now);
+    tracing::debug!(
+        job = %key,
+        active = census.active.len(),
+        succeeded = census.succeeded,
+        failed = census.failed,
+        ending = ?census.ending.as_ref().map(|o| o.reason.as_str()),
+        "counted the Job's pods"
+    );
     let previous = job.status.clone().unwrap_or_default();
     let mut status = previous.clone();
     let mut conditions = previous.conditions.clone().unwrap_or_default();
@@ -232,13 +240,15 @@ pub async fn reconcile(job: Arc<Job>, context: Arc<Context>) -> Result<Action> {
     let mut current = write_status(&context, &key, &job, status.clone()).await?;
 
     // Take the finalizer off what is counted (or let go), then count it.
+    let mut failure = None;
     for pod in &harvested.release {
         let Some(pod_uid) = pod.uid() else { continue };
-        context.removals.expect(&key, pod_uid.clone());
-        if release(&api, pod).await? {
-            with_finalizer.remove(&pod_uid);
-        } else {
-            context.removals.failed(&key, &pod_uid);
+        match release_tracked(&context, &api, &key, pod, &pod_uid).await {
+            Ok(()) => {
+                with_finalizer.remove(&pod_uid);
+            }
+            // What was released is still counted below; the sync fails after.
+            Err(error) => failure = Some(error),
         }
     }
     ledger.settle(&with_finalizer);
@@ -272,6 +282,9 @@ pub async fn reconcile(job: Arc<Job>, context: Arc<Context>) -> Result<Action> {
             EventType::Warning
         };
         publish(&context, &current, &reason, note, type_).await;
+    }
+    if let Some(error) = failure {
+        return Err(error);
     }
     if deleting && census.tracked.iter().all(|p| !has_finalizer(p)) {
         context.expectations.forget(&key);
@@ -431,10 +444,7 @@ async fn release_all(
         if pending.contains(&uid) {
             continue;
         }
-        context.removals.expect(key, uid.clone());
-        if !release(api, pod).await? {
-            context.removals.failed(key, &uid);
-        }
+        release_tracked(context, api, key, pod, &uid).await?;
     }
     Ok(())
 }

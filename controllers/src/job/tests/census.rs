@@ -55,6 +55,8 @@ fn failures_count_towards_backoff_limit_unless_ignored() {
         failed: Some(1),
         ..JobStatus::default()
     };
+    // A case table: one tuple per case reads best.
+    #[allow(clippy::type_complexity)]
     let cases: Vec<(&str, Job, Vec<Pod>, Option<&str>, usize)> = vec![
         (
             "one failure within a limit of 1",
@@ -121,6 +123,8 @@ fn per_index(completions: i32, limit: i32, max: Option<i32>) -> JobSpec {
 
 #[test]
 fn indexes_fail_past_their_own_limit() {
+    // A case table: one tuple per case reads best.
+    #[allow(clippy::type_complexity)]
     let cases: Vec<(&str, JobSpec, JobStatus, Vec<Pod>, Vec<i32>, Option<&str>)> =
         vec![
         (

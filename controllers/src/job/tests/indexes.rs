@@ -96,6 +96,8 @@ fn rule(indexes: Option<&str>, count: Option<i32>) -> SuccessPolicyRule {
 
 #[test]
 fn success_policies_match_as_upstream() {
+    // A case table: one tuple per case reads best.
+    #[allow(clippy::type_complexity)]
     let cases: Vec<(&str, Vec<SuccessPolicyRule>, Vec<i32>, Option<&str>)> = vec![
         (
             "all named indexes succeeded",

@@ -29,6 +29,8 @@ fn finished_pods_are_recorded_before_they_are_released() {
     let none: BTreeSet<String> = BTreeSet::new();
     let no_indexes: BTreeSet<i32> = BTreeSet::new();
     // (case, tracked pods, ledger before, ending, ledger after, released)
+    // A case table: one tuple per case reads best.
+    #[allow(clippy::type_complexity)]
     let cases: Vec<(&str, Vec<Pod>, Ledger, Ending, Ledger, Vec<&str>)> = vec![
         (
             "a success and a failure are recorded and released",
