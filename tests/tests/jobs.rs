@@ -4,7 +4,8 @@
 //! upstream's integration tests do. Checked: parallelism is never exceeded, pods carry the
 //! tracking finalizer until counted, a finished pod deleted by hand is counted once and not
 //! run again, a `FailJob` rule fails the Job, an ignored disruption does not count, and an
-//! Indexed Job with `backoffLimitPerIndex` ends with `failedIndexes` and `FailedIndexes`.
+//! Indexed Job with `backoffLimitPerIndex` ends with `failedIndexes` and `FailedIndexes`, and
+//! the pods of a deleted or orphaning Job are not held by the finalizer.
 
 // Test code: a failed expectation is meant to panic.
 #![allow(clippy::unwrap_used)]
@@ -442,6 +443,43 @@ async fn jobs_track_their_pods_and_follow_their_policies(storage: String) {
     assert_eq!(status.failed_indexes.as_deref(), Some("1"));
     assert_eq!(status.completed_indexes.as_deref(), Some("0"));
     assert_eq!((status.succeeded, status.failed), (Some(1), Some(2)));
+
+    // A running Job deleted (its pods go with it) or orphaned (its pods stay, released): no
+    // pod is left held by the tracking finalizer.
+    for (name, cascade) in [("doomed", "background"), ("released", "orphan")] {
+        apply(
+            &server,
+            name,
+            job_manifest(name, json!({"completions": 4, "parallelism": 2})),
+        );
+        until("two running pods", minute, || async {
+            (running(&pods_of(&pods, name).await).len() == 2).then_some(())
+        })
+        .await;
+        let flag = format!("--cascade={cascade}");
+        kubectl_ok(&server, &["delete", "job", name, &flag]);
+    }
+    rudder_tests::eventually("doomed's pods are gone", minute, || async {
+        pods_of(&pods, "doomed").await.is_empty()
+    })
+    .await;
+    rudder_tests::eventually("released's pods lose the finalizer", minute, || async {
+        let left = pods_of(&pods, "released").await;
+        left.len() == 2
+            && left.iter().all(|p| {
+                p.owner_references().is_empty() && !p.finalizers().iter().any(|f| f == FINALIZER)
+            })
+    })
+    .await;
+    kubectl_ok(
+        &server,
+        &[
+            "delete",
+            "pods",
+            "-l",
+            "batch.kubernetes.io/job-name=released",
+        ],
+    );
 
     // Deleting a Job leaves no pod held by the finalizer.
     kubectl_ok(

@@ -73,8 +73,12 @@ pub fn controller(
 ) -> BoxFuture<'static, ()> {
     let jobs = informers.get::<Job>();
     let pods = informers.get::<Pod>();
-    let orphan_changes = informers.get::<Pod>().changes;
-    let job_store = jobs.store.clone();
+    let sources = orphans::Sources {
+        jobs: jobs.store.clone(),
+        pods: pods.store.clone(),
+        pod_changes: informers.get::<Pod>().changes,
+        job_changes: informers.watch::<Job>().changes,
+    };
     let expectations = Arc::new(Expectations::default());
     let seen = expectations.clone();
     let context = Arc::new(Context {
@@ -96,7 +100,7 @@ pub fn controller(
         }
         Some(owner)
     }));
-    let orphans = orphans::run(client, job_store, orphan_changes, shutdown.clone());
+    let orphans = orphans::run(client, sources, shutdown.clone());
     let jobs = runner::run(
         "job",
         controller,
