@@ -115,8 +115,14 @@ pub async fn reconcile(job: Arc<Job>, context: Arc<Context>) -> Result<Action> {
         .collect();
     let pending = context.removals.pending(&key, &owned);
     if finished(&job) {
-        // Nothing more to count: whatever still carries the finalizer may go.
+        // Nothing more to count: whatever still carries the finalizer may go. The store shows
+        // the final write, so there is no stale copy left to guard against.
         context.expectations.forget(&key);
+        context
+            .written
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(&key);
         release_all(&context, &api, &key, &owned, &pending).await?;
         return Ok(Action::await_change());
     }
