@@ -4,7 +4,8 @@
 //! upstream's integration tests do. Checked: parallelism is never exceeded, pods carry the
 //! tracking finalizer until counted, a finished pod deleted by hand is counted once and not
 //! run again, a `FailJob` rule fails the Job, an ignored disruption does not count, and an
-//! Indexed Job with `backoffLimitPerIndex` ends with `failedIndexes` and `FailedIndexes`, and
+//! Indexed Job with `backoffLimitPerIndex` ends with `failedIndexes` and `FailedIndexes`, a
+//! `successPolicy` ends an Indexed Job early, and
 //! the pods of a deleted or orphaning Job are not held by the finalizer.
 
 // Test code: a failed expectation is meant to panic.
@@ -444,6 +445,49 @@ async fn jobs_track_their_pods_and_follow_their_policies(storage: String) {
     assert_eq!(status.completed_indexes.as_deref(), Some("0"));
     assert_eq!((status.succeeded, status.failed), (Some(1), Some(2)));
 
+    // A success policy (index 0 suffices) ends an Indexed Job early: SuccessCriteriaMet, the
+    // other pods stopped, then Complete with the same reason.
+    apply(
+        &server,
+        "early",
+        job_manifest(
+            "early",
+            json!({
+                "completions": 3, "parallelism": 3, "completionMode": "Indexed",
+                "successPolicy": {"rules": [{"succeededIndexes": "0"}]},
+            }),
+        ),
+    );
+    let pod_0 = until("three running pods of early", minute, || async {
+        let all = pods_of(&pods, "early").await;
+        let running = running(&all);
+        (running.len() == 3)
+            .then(|| {
+                running
+                    .into_iter()
+                    .find(|p| index_of(p).as_deref() == Some("0"))
+            })
+            .flatten()
+            .map(|p| p.name_any())
+    })
+    .await;
+    finish(&pods, &pod_0, "Succeeded", 0, json!([])).await;
+    wait_for(&server, &client, "early", "Complete").await;
+    let job = jobs.get("early").await.unwrap();
+    let met = (
+        "SuccessPolicy".to_string(),
+        "Matched rules at index 0".to_string(),
+    );
+    assert_eq!(condition(&job, "SuccessCriteriaMet"), Some(met.clone()));
+    assert_eq!(condition(&job, "Complete"), Some(met));
+    let status = job.status.unwrap();
+    assert_eq!(status.completed_indexes.as_deref(), Some("0"));
+    assert_eq!((status.succeeded, status.failed), (Some(1), None));
+    rudder_tests::eventually("early's other pods are gone", minute, || async {
+        pods_of(&pods, "early").await.len() == 1
+    })
+    .await;
+
     // A running Job deleted (its pods go with it) or orphaned (its pods stay, released): no
     // pod is left held by the tracking finalizer.
     for (name, cascade) in [("doomed", "background"), ("released", "orphan")] {
@@ -491,6 +535,7 @@ async fn jobs_track_their_pods_and_follow_their_policies(storage: String) {
             "fatal",
             "disrupted",
             "indexed",
+            "early",
             "--wait=true",
         ],
     );
