@@ -26,6 +26,8 @@ use crate::runner::key_of;
 use rudder_facts::owners::is_controlled_by;
 use rudder_facts::pods::is_ready;
 
+/// The `spec.managedBy` of Jobs this controller runs (the default).
+const MANAGER: &str = "kubernetes.io/job-controller";
 /// upstream's default backoff before re-creating failed pods, and its cap.
 const BACKOFF_BASE: Duration = Duration::from_secs(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(360);
@@ -101,6 +103,14 @@ pub async fn reconcile(job: Arc<Job>, context: Arc<Context>) -> Result<Action> {
     let (Some(uid), Some(spec)) = (job.uid(), job.spec.as_ref()) else {
         return Ok(Action::await_change());
     };
+    if spec
+        .managed_by
+        .as_deref()
+        .is_some_and(|manager| manager != MANAGER)
+    {
+        // Another controller runs this Job (upstream's `managedBy`).
+        return Ok(Action::await_change());
+    }
     if stale(&context, &key, &job) {
         return Ok(Action::requeue(Duration::from_millis(100)));
     }
@@ -260,7 +270,8 @@ pub async fn reconcile(job: Arc<Job>, context: Arc<Context>) -> Result<Action> {
     ledger.settle(&with_finalizer);
     let all_counted = ledger.uncounted_succeeded.is_empty() && ledger.uncounted_failed.is_empty();
     let mut final_note = None;
-    if let Some(outcome) = ending.as_ref().filter(|_| all_counted && terminating == 0) {
+    let settled = all_counted && terminating == 0 && !harvested.truncated;
+    if let Some(outcome) = ending.as_ref().filter(|_| settled) {
         let (type_, reason, note) = if outcome.success {
             ("Complete", "Completed", "Job completed".to_string())
         } else {

@@ -28,6 +28,10 @@ use super::indexes::valid_index;
 
 /// The finalizer on every pod of a Job until its end is counted.
 pub const FINALIZER: &str = "batch.kubernetes.io/job-tracking";
+/// At most this many ends wait in `uncountedTerminatedPods` (and are released) per sync, as
+/// upstream: the status stays small and a big Job does not hold the controller up; the rest
+/// are taken in the next sync.
+pub const MAX_UNCOUNTED: usize = 500;
 
 /// Whether the pod carries the tracking finalizer.
 pub fn has_finalizer(pod: &Pod) -> bool {
@@ -155,6 +159,8 @@ pub struct Harvest {
     pub release: Vec<Arc<Pod>>,
     /// Indexes that succeeded and were not in `completedIndexes` yet (Indexed Jobs).
     pub new_indexes: BTreeSet<i32>,
+    /// Whether [`MAX_UNCOUNTED`] stopped the harvest short (the Job cannot finish this sync).
+    pub truncated: bool,
 }
 
 /// Enters the ends of `tracked` pods (those showing the finalizer, no removal pending) into
@@ -185,6 +191,14 @@ pub fn harvest(
             deleting || ending != Ending::No || succeeded(pod) || (failed && !held.contains(&uid));
         if !releasable {
             continue;
+        }
+        let waiting = ledger.uncounted_succeeded.len()
+            + ledger.uncounted_failed.len()
+            + harvest.new_indexes.len();
+        // An end already waiting is always released: that only shortens the list.
+        if waiting >= MAX_UNCOUNTED && !ledger.is_uncounted(&uid) {
+            harvest.truncated = true;
+            break;
         }
         harvest.release.push(pod.clone());
         if succeeded(pod) && !ledger.uncounted_failed.contains(&uid) {

@@ -259,3 +259,28 @@ fn orphans_are_told_apart_by_their_controller() {
         }
     );
 }
+
+#[test]
+fn a_sync_records_at_most_max_uncounted_ends() {
+    use crate::job::tracking::MAX_UNCOUNTED;
+    let job = job(JobSpec::default(), JobStatus::default());
+    let pods = arcs(
+        (0..MAX_UNCOUNTED + 3)
+            .map(|i| pod(&format!("p{i}"), "Succeeded"))
+            .collect(),
+    );
+    let mut book = ledger(0, 0, &[], &[]);
+    let none = BTreeSet::new();
+    let harvest = harvest(
+        &job,
+        &pods,
+        &mut book,
+        Ending::No,
+        &none,
+        &BTreeSet::new(),
+        Timestamp::now(),
+    );
+    assert!(harvest.truncated);
+    assert_eq!(harvest.release.len(), MAX_UNCOUNTED);
+    assert_eq!(book.uncounted_succeeded.len(), MAX_UNCOUNTED);
+}
