@@ -75,6 +75,8 @@ pub fn validate_job_spec(s: &Value, path: &str, errs: &mut Errs) {
             &["NonIndexed", "Indexed"],
         )),
     }
+    let indexed = s.get("completionMode").and_then(Value::as_str) == Some("Indexed");
+    validate_indexed_only(s, path, indexed, errs);
     if let Some(p) = json::str_at(s, path, "podReplacementPolicy", errs) {
         if p != "TerminatingOrFailed" && p != "Failed" {
             errs.push(FieldError::not_supported(
@@ -113,6 +115,38 @@ pub fn validate_job_spec(s: &Value, path: &str, errs: &mut Errs) {
             child(&tp, "spec.restartPolicy"),
             policy,
             &["OnFailure", "Never"],
+        ));
+    } else if s.get("podFailurePolicy").is_some_and(|p| !p.is_null()) && policy != "Never" {
+        errs.push(FieldError::invalid(
+            child(&tp, "spec.restartPolicy"),
+            policy,
+            "only \"Never\" is supported when podFailurePolicy is specified",
+        ));
+    }
+}
+
+/// `backoffLimitPerIndex`, `maxFailedIndexes` and `successPolicy` belong to Indexed Jobs.
+fn validate_indexed_only(s: &Value, path: &str, indexed: bool, errs: &mut Errs) {
+    let per_index = json::non_negative_at(s, path, "backoffLimitPerIndex", errs);
+    json::non_negative_at(s, path, "maxFailedIndexes", errs);
+    if let Some(limit) = per_index.filter(|_| !indexed) {
+        errs.push(FieldError::invalid(
+            child(path, "backoffLimitPerIndex"),
+            limit,
+            "requires indexed completion mode",
+        ));
+    }
+    if s.get("maxFailedIndexes").is_some_and(|m| !m.is_null()) && per_index.is_none() {
+        errs.push(FieldError::required(
+            child(path, "backoffLimitPerIndex"),
+            "when maxFailedIndexes is specified",
+        ));
+    }
+    if s.get("successPolicy").is_some_and(|p| !p.is_null()) && !indexed {
+        errs.push(FieldError::invalid(
+            child(path, "successPolicy"),
+            s["successPolicy"].clone(),
+            "requires indexed completion mode",
         ));
     }
 }
@@ -262,6 +296,19 @@ mod tests {
                 vec!["spec.completions: Required value: when completion mode is Indexed"]),
             ("a manual selector must match", json!({"manualSelector": true, "selector": {"matchLabels": {"a": "b"}}, "template": pod_template("Never")}),
                 vec!["spec.template.metadata.labels: Invalid value: map[string]string{}: `selector` does not match template `labels`"]),
+            ("a pod failure policy needs restartPolicy Never",
+                json!({"podFailurePolicy": {"rules": []}, "template": pod_template("OnFailure")}),
+                vec!["spec.template.spec.restartPolicy: Invalid value: \"OnFailure\": only \"Never\" is supported when podFailurePolicy is specified"]),
+            ("a pod failure policy with restartPolicy Never passes",
+                json!({"podFailurePolicy": {"rules": []}, "template": pod_template("Never")}), vec![]),
+            ("a per-index limit needs an Indexed job",
+                json!({"backoffLimitPerIndex": 1, "template": pod_template("Never")}),
+                vec!["spec.backoffLimitPerIndex: Invalid value: 1: requires indexed completion mode"]),
+            ("maxFailedIndexes needs a per-index limit",
+                json!({"completionMode": "Indexed", "completions": 2, "maxFailedIndexes": 1, "template": pod_template("Never")}),
+                vec!["spec.backoffLimitPerIndex: Required value: when maxFailedIndexes is specified"]),
+            ("an Indexed job with a per-index limit passes",
+                json!({"completionMode": "Indexed", "completions": 2, "backoffLimitPerIndex": 1, "maxFailedIndexes": 1, "template": pod_template("Never")}), vec![]),
             ("a template of the wrong type is reported", json!({"template": []}),
                 vec!["spec.template: Invalid value: []: must be an object", "spec.template: Required value"]),
         ];

@@ -4,17 +4,34 @@
 //! `activeDeadlineSeconds`, re-creating failed pods after client-go's exponential delay (10 s
 //! doubling, at most 6 min). `suspend` stops its pods. Status carries the counts, the start
 //! and completion times, completed indexes, and upstream's conditions (`SuccessCriteriaMet`,
-//! `Complete`, `FailureTarget`, `Failed`, `Suspended`).
+//! `Complete`, `FailureTarget`, `Failed`, `Suspended`), `ready` and `terminating` counts.
+//!
+//! Pods are tracked with upstream's `batch.kubernetes.io/job-tracking` finalizer (`tracking`):
+//! a finished pod's end is recorded, then its finalizer removed, then it is counted, so a pod
+//! deleted after it finished is counted once and never run again. `podFailurePolicy`
+//! (`failure_policy`) decides per failed pod whether it fails the Job, its index, is ignored
+//! or counts; Indexed Jobs may limit failures per index (`indexes`: `backoffLimitPerIndex`,
+//! `maxFailedIndexes`, `failedIndexes`) and succeed early by a `successPolicy`
+//! (`success_policy`). `census` counts a Job's pods, `reconcile` acts on it, `pod_control`
+//! writes pods, and `orphans` releases pods whose Job is gone.
 //!
 //! The `ttl` module is the TTL-after-finished controller, which deletes finished Jobs once
 //! `ttlSecondsAfterFinished` has passed.
 
+pub(crate) mod census;
+pub mod failure_policy;
+pub mod indexes;
+pub mod orphans;
+pub(crate) mod pod_control;
 pub(crate) mod reconcile;
+pub mod success_policy;
 #[cfg(test)]
 mod tests;
+pub mod tracking;
 pub mod ttl;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -40,6 +57,10 @@ pub struct Context {
     pub pods: Store<Pod>,
     pub expectations: Arc<Expectations>,
     pub recorder: Recorder,
+    /// Finalizer removals the informer does not show yet.
+    pub removals: tracking::Removals,
+    /// The resourceVersion of the status last written per Job (`namespace/name`).
+    pub written: Mutex<HashMap<String, u64>>,
 }
 
 pub fn controller(
@@ -52,6 +73,12 @@ pub fn controller(
 ) -> BoxFuture<'static, ()> {
     let jobs = informers.get::<Job>();
     let pods = informers.get::<Pod>();
+    let sources = orphans::Sources {
+        jobs: jobs.store.clone(),
+        pods: pods.store.clone(),
+        pod_changes: informers.get::<Pod>().changes,
+        job_changes: informers.watch::<Job>().changes,
+    };
     let expectations = Arc::new(Expectations::default());
     let seen = expectations.clone();
     let context = Arc::new(Context {
@@ -59,6 +86,8 @@ pub fn controller(
         pods: pods.store.clone(),
         expectations,
         recorder: crate::events::recorder(client.clone(), "job-controller", identity),
+        removals: tracking::Removals::default(),
+        written: Mutex::default(),
     });
     let controller = Controller::for_shared_stream(
         counted(jobs.changes, queue.clone(), |job: &Job| Some(key_of(job))),
@@ -71,7 +100,8 @@ pub fn controller(
         }
         Some(owner)
     }));
-    runner::run(
+    let orphans = orphans::run(client, sources, shutdown.clone());
+    let jobs = runner::run(
         "job",
         controller,
         context,
@@ -79,6 +109,6 @@ pub fn controller(
         concurrency,
         shutdown,
         reconcile,
-    )
-    .boxed()
+    );
+    futures::future::join(jobs, orphans).map(|_| ()).boxed()
 }

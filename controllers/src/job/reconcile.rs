@@ -1,12 +1,14 @@
-//! One Job's sync: count its pods, decide whether it is done, failed or suspended, make the
-//! number of active pods what it should be, and report status.
+//! One Job's sync, in upstream's order: take the census of its pods; if the Job must end,
+//! delete the pods still running, otherwise make the number of running pods what it should be
+//! (or, suspended, none); then track the finished pods' ends (see `tracking`), write the
+//! status, and add the final condition once nothing is left uncounted or terminating.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus};
-use k8s_openapi::api::core::v1::{EnvVar, Pod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, PostParams};
@@ -14,37 +16,21 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::ResourceExt;
 
+use super::census::{self, Census, Outcome};
+use super::indexes::{compress, index_of, next_failure_counts};
+use super::pod_control::{create_pods, delete_pods, publish, release_tracked, Deletion, NewPod};
+use super::tracking::{harvest, has_finalizer, only_failed_replaced, Ending, Ledger};
 use super::Context;
 use crate::error::Result;
-use crate::podtemplate::{delete_exact, pod_from_template};
 use crate::runner::key_of;
 use rudder_facts::owners::is_controlled_by;
-use rudder_facts::pods::{is_active, is_ready};
+use rudder_facts::pods::is_ready;
 
-/// The index of an Indexed Job's pod.
-pub const INDEX: &str = "batch.kubernetes.io/job-completion-index";
+/// The `spec.managedBy` of Jobs this controller runs (the default).
+const MANAGER: &str = "kubernetes.io/job-controller";
 /// upstream's default backoff before re-creating failed pods, and its cap.
 const BACKOFF_BASE: Duration = Duration::from_secs(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(360);
-
-/// The Job's pods, by what became of them.
-pub(crate) struct Pods {
-    pub active: Vec<Arc<Pod>>,
-    pub succeeded: Vec<Arc<Pod>>,
-    pub failed: Vec<Arc<Pod>>,
-}
-
-fn phase(pod: &Pod) -> Option<&str> {
-    pod.status
-        .as_ref()
-        .and_then(|status| status.phase.as_deref())
-}
-
-pub(crate) fn index_of(pod: &Pod) -> Option<i32> {
-    pod.annotations()
-        .get(INDEX)
-        .and_then(|index| index.parse().ok())
-}
 
 fn has_condition(job: &Job, type_: &str) -> bool {
     job.status
@@ -62,51 +48,24 @@ pub fn finished(job: &Job) -> bool {
     has_condition(job, "Complete") || has_condition(job, "Failed")
 }
 
-/// `0-2,4,6-7` from a set of indexes (upstream's `completedIndexes`).
-pub(crate) fn compress(indexes: &BTreeSet<i32>) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut run: Option<(i32, i32)> = None;
-    for &index in indexes {
-        run = match run {
-            Some((start, end)) if index == end + 1 => Some((start, index)),
-            Some((start, end)) => {
-                parts.push(if start == end {
-                    start.to_string()
-                } else {
-                    format!("{start}-{end}")
-                });
-                Some((index, index))
-            }
-            None => Some((index, index)),
-        };
-    }
-    if let Some((start, end)) = run {
-        parts.push(if start == end {
-            start.to_string()
-        } else {
-            format!("{start}-{end}")
-        });
-    }
-    parts.join(",")
-}
-
-/// How many pods should run now, and (Indexed) which indexes to start.
+/// How many pods should run now, and (Indexed) which indexes to start: those neither `done`
+/// (succeeded or failed) nor running.
 pub(crate) fn wanted(
     parallelism: i32,
     completions: Option<i32>,
     indexed: bool,
     succeeded: usize,
-    succeeded_indexes: &BTreeSet<i32>,
-    active_indexes: &BTreeSet<i32>,
+    done_indexes: &BTreeSet<i32>,
+    running_indexes: &BTreeSet<i32>,
 ) -> (usize, Vec<i32>) {
     let parallelism = usize::try_from(parallelism).unwrap_or(0);
     match (completions, indexed) {
         (Some(completions), true) => {
             let missing: Vec<i32> = (0..completions)
-                .filter(|i| !succeeded_indexes.contains(i) && !active_indexes.contains(i))
+                .filter(|i| !done_indexes.contains(i) && !running_indexes.contains(i))
                 .collect();
             let remaining = (0..completions)
-                .filter(|i| !succeeded_indexes.contains(i))
+                .filter(|i| !done_indexes.contains(i))
                 .count();
             (parallelism.min(remaining), missing)
         }
@@ -122,14 +81,38 @@ pub(crate) fn wanted(
     }
 }
 
+/// Whether the store's copy of the Job is older than the status this controller last wrote
+/// (resourceVersions compared as numbers where they are numbers), so its counts would be stale.
+fn stale(context: &Context, key: &str, job: &Job) -> bool {
+    let written = context
+        .written
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .get(key)
+        .copied();
+    let seen = job
+        .metadata
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse::<u64>().ok());
+    matches!((written, seen), (Some(written), Some(seen)) if seen < written)
+}
+
 pub async fn reconcile(job: Arc<Job>, context: Arc<Context>) -> Result<Action> {
     let key = key_of(job.as_ref());
     let (Some(uid), Some(spec)) = (job.uid(), job.spec.as_ref()) else {
         return Ok(Action::await_change());
     };
-    if job.metadata.deletion_timestamp.is_some() || finished(&job) {
-        context.expectations.forget(&key);
+    if spec
+        .managed_by
+        .as_deref()
+        .is_some_and(|manager| manager != MANAGER)
+    {
+        // Another controller runs this Job (upstream's `managedBy`).
         return Ok(Action::await_change());
+    }
+    if stale(&context, &key, &job) {
+        return Ok(Action::requeue(Duration::from_millis(100)));
     }
     let namespace = job.namespace().unwrap_or_default();
     let api = Api::<Pod>::namespaced(context.client.clone(), &namespace);
@@ -140,203 +123,347 @@ pub async fn reconcile(job: Arc<Job>, context: Arc<Context>) -> Result<Action> {
         .filter(|pod| pod.namespace().as_deref() == Some(namespace.as_str()))
         .filter(|pod| is_controlled_by(&pod.metadata, &uid))
         .collect();
-    let pods = Pods {
-        active: owned.iter().filter(|p| is_active(p)).cloned().collect(),
-        succeeded: owned
-            .iter()
-            .filter(|p| phase(p) == Some("Succeeded"))
-            .cloned()
-            .collect(),
-        failed: owned
-            .iter()
-            .filter(|p| phase(p) == Some("Failed"))
-            .cloned()
-            .collect(),
-    };
-    let now = Timestamp::now();
-    let previous = job.status.clone().unwrap_or_default();
-    let indexed = spec.completion_mode.as_deref() == Some("Indexed");
-    let succeeded_indexes: BTreeSet<i32> =
-        pods.succeeded.iter().filter_map(|p| index_of(p)).collect();
-    let succeeded = if indexed {
-        succeeded_indexes.len()
-    } else {
-        pods.succeeded.len()
+    let pending = context.removals.pending(&key, &owned);
+    if finished(&job) {
+        // Nothing more to count: whatever still carries the finalizer may go. The store shows
+        // the final write, so there is no stale copy left to guard against.
+        context.expectations.forget(&key);
+        context
+            .written
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(&key);
+        release_all(&context, &api, &key, &owned, &pending).await?;
+        return Ok(Action::await_change());
     }
-    .max(usize::try_from(previous.succeeded.unwrap_or(0)).unwrap_or(0));
-    let failed = pods
-        .failed
-        .len()
-        .max(usize::try_from(previous.failed.unwrap_or(0)).unwrap_or(0));
+    let now = Timestamp::now();
+    let census = census::take(&job, &owned, &pending, now);
+    tracing::debug!(
+        job = %key,
+        active = census.active.len(),
+        succeeded = census.succeeded,
+        failed = census.failed,
+        ending = ?census.ending.as_ref().map(|o| o.reason.as_str()),
+        "counted the Job's pods"
+    );
+    let previous = job.status.clone().unwrap_or_default();
+    let mut status = previous.clone();
     let mut conditions = previous.conditions.clone().unwrap_or_default();
-    let mut status = JobStatus {
-        start_time: previous.start_time.clone(),
-        ..JobStatus::default()
-    };
     let mut requeue: Option<Duration> = None;
-
     let suspended = spec.suspend.unwrap_or(false);
-    if suspended {
-        delete_pods(&context, &api, &job, &key, &pods.active).await?;
-        set_condition(
-            &mut conditions,
-            "Suspended",
-            "True",
-            "JobSuspended",
-            "Job suspended",
-            now,
-        );
-        status.start_time = None;
-    } else {
-        if has_condition(&job, "Suspended") {
+    let mut terminating = census.terminating.len();
+    let mut active = census.active.clone();
+    let deleting = job.metadata.deletion_timestamp.is_some();
+
+    let mut ending = census.ending.clone();
+    if ending.is_some() {
+        delete_pods(&context, &api, &job, &key, &active, Deletion::Counted).await?;
+        terminating += active.len();
+        active.clear();
+    } else if !deleting {
+        if suspended {
+            let deleted =
+                delete_pods(&context, &api, &job, &key, &active, Deletion::Uncounted).await?;
+            terminating += deleted;
+            active.clear();
             set_condition(
                 &mut conditions,
                 "Suspended",
-                "False",
-                "JobResumed",
-                "Job resumed",
+                "True",
+                "JobSuspended",
+                "Job suspended",
                 now,
             );
-        }
-        let start = status.start_time.get_or_insert(Time(now)).clone();
-        let deadline = spec
-            .active_deadline_seconds
-            .map(|seconds| start.0 + SignedDuration::from_secs(seconds));
-        let backoff_limit = usize::try_from(spec.backoff_limit.unwrap_or(6)).unwrap_or(0);
-        let done = match (spec.completions, indexed) {
-            (Some(completions), _) => succeeded >= usize::try_from(completions).unwrap_or(0),
-            (None, _) => succeeded > 0 && pods.active.is_empty(),
-        };
-        let failure = if failed > backoff_limit {
-            Some((
-                "BackoffLimitExceeded",
-                "Job has reached the specified backoff limit",
-            ))
-        } else if deadline.is_some_and(|deadline| now >= deadline) {
-            Some((
-                "DeadlineExceeded",
-                "Job was active longer than specified deadline",
-            ))
+            status.start_time = None;
         } else {
-            None
-        };
-        if let Some((reason, message)) = failure {
-            delete_pods(&context, &api, &job, &key, &pods.active).await?;
-            set_condition(
-                &mut conditions,
-                "FailureTarget",
-                "True",
-                reason,
-                message,
-                now,
-            );
-            set_condition(&mut conditions, "Failed", "True", reason, message, now);
-            publish(&context, &job, reason, message.into(), EventType::Warning).await;
-        } else if done {
-            let message = "Reached expected number of succeeded pods";
-            set_condition(
-                &mut conditions,
-                "SuccessCriteriaMet",
-                "True",
-                "CompletionsReached",
-                message,
-                now,
-            );
-            set_condition(
-                &mut conditions,
-                "Complete",
-                "True",
-                "CompletionsReached",
-                message,
-                now,
-            );
-            status.completion_time = Some(Time(now));
-            publish(
-                &context,
-                &job,
-                "Completed",
-                "Job completed".into(),
-                EventType::Normal,
-            )
-            .await;
-        } else {
-            let active_indexes: BTreeSet<i32> =
-                pods.active.iter().filter_map(|p| index_of(p)).collect();
-            let (want, missing_indexes) = wanted(
-                spec.parallelism.unwrap_or(1),
-                spec.completions,
-                indexed,
-                succeeded,
-                &succeeded_indexes,
-                &active_indexes,
-            );
-            let exists = |uid: &str| owned.iter().any(|p| p.uid().as_deref() == Some(uid));
-            let live = |uid: &str| {
-                owned.iter().any(|p| {
-                    p.uid().as_deref() == Some(uid) && p.metadata.deletion_timestamp.is_none()
-                })
-            };
-            if context.expectations.satisfied(&key, exists, live) {
-                if pods.active.len() < want {
-                    match backoff_remaining(&pods.failed, now) {
-                        Some(wait) if !wait.is_zero() => requeue = Some(wait),
-                        _ => {
-                            let count = want - pods.active.len();
-                            let indexes: Vec<Option<i32>> = if indexed {
-                                missing_indexes.into_iter().take(count).map(Some).collect()
-                            } else {
-                                vec![None; count]
-                            };
-                            create_pods(&context, &api, &job, &key, &uid, indexes).await?;
-                        }
-                    }
-                } else if pods.active.len() > want {
-                    let mut extra = pods.active.clone();
-                    extra.sort_by(|a, b| {
-                        b.metadata
-                            .creation_timestamp
-                            .cmp(&a.metadata.creation_timestamp)
-                    });
-                    extra.truncate(pods.active.len() - want);
-                    delete_pods(&context, &api, &job, &key, &extra).await?;
-                }
+            if has_condition(&job, "Suspended") {
+                set_condition(
+                    &mut conditions,
+                    "Suspended",
+                    "False",
+                    "JobResumed",
+                    "Job resumed",
+                    now,
+                );
+                status.start_time = None;
             }
-            if let Some(deadline) = deadline {
-                let left =
-                    std::time::Duration::try_from(deadline.duration_since(now)).unwrap_or_default();
+            let start = status.start_time.get_or_insert(Time(now)).clone();
+            requeue = manage(&context, &api, &job, &key, &uid, &census, &owned, now).await?;
+            if let Some(seconds) = spec.active_deadline_seconds {
+                let deadline = start.0 + SignedDuration::from_secs(seconds);
+                let left = Duration::try_from(deadline.duration_since(now)).unwrap_or_default();
                 requeue = Some(requeue.map_or(left, |r| r.min(left)));
             }
         }
+        let reached = match spec.completions {
+            Some(completions) => census.succeeded >= usize::try_from(completions).unwrap_or(0),
+            None => census.succeeded > 0,
+        };
+        if reached && census.active.is_empty() && !suspended {
+            ending = Some(Outcome {
+                success: true,
+                reason: "CompletionsReached".into(),
+                message: "Reached expected number of succeeded pods".into(),
+            });
+        }
     }
 
+    // Track the ends.
+    let mut ledger = Ledger::from_status(&previous);
+    let mut with_finalizer: HashSet<String> =
+        census.tracked.iter().filter_map(|p| p.uid()).collect();
+    ledger.settle(&with_finalizer);
+    let side = match &ending {
+        None => Ending::No,
+        Some(outcome) if outcome.success => Ending::Success,
+        Some(_) => Ending::Failure,
+    };
+    let harvested = harvest(
+        &job,
+        &census.tracked,
+        &mut ledger,
+        side,
+        &census.held,
+        &census.succeeded_indexes,
+        now,
+    );
     let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
-    status.active = (!pods.active.is_empty()).then(|| count(pods.active.len()));
-    status.ready = Some(count(pods.active.iter().filter(|p| is_ready(p)).count()));
-    status.succeeded = (succeeded > 0).then(|| count(succeeded));
-    status.failed = (failed > 0).then(|| count(failed));
-    status.completion_time = status.completion_time.or(previous.completion_time.clone());
-    status.completed_indexes =
-        (indexed && !succeeded_indexes.is_empty()).then(|| compress(&succeeded_indexes));
-    status.terminating = Some(count(
-        owned
-            .iter()
-            .filter(|p| {
-                p.metadata.deletion_timestamp.is_some() && !rudder_facts::pods::is_terminal(p)
-            })
-            .count(),
-    ));
-    status.conditions = (!conditions.is_empty()).then_some(conditions);
-    if job.status.as_ref() != Some(&status) {
-        let mut updated = job.as_ref().clone();
-        updated.status = Some(status);
-        Api::<Job>::namespaced(context.client.clone(), &namespace)
-            .replace_status(&job.name_any(), &PostParams::default(), &updated)
-            .await?;
+    status.active = (!active.is_empty()).then(|| count(active.len()));
+    status.ready = Some(count(active.iter().filter(|p| is_ready(p)).count()));
+    status.terminating = Some(count(terminating));
+    if let Some(outcome) = &ending {
+        let (type_, present) = if outcome.success {
+            (
+                "SuccessCriteriaMet",
+                has_condition(&job, "SuccessCriteriaMet"),
+            )
+        } else {
+            ("FailureTarget", has_condition(&job, "FailureTarget"))
+        };
+        if !present {
+            set_condition(
+                &mut conditions,
+                type_,
+                "True",
+                &outcome.reason,
+                &outcome.message,
+                now,
+            );
+        }
+    }
+    let new_indexes = &harvested.new_indexes;
+    compose(&mut status, &ledger, &conditions, &census, new_indexes);
+    let mut current = write_status(&context, &key, &job, status.clone()).await?;
+
+    // Take the finalizer off what is counted (or let go), then count it.
+    let mut failure = None;
+    for pod in &harvested.release {
+        let Some(pod_uid) = pod.uid() else { continue };
+        match release_tracked(&context, &api, &key, pod, &pod_uid).await {
+            Ok(()) => {
+                with_finalizer.remove(&pod_uid);
+            }
+            // What was released is still counted below; the sync fails after.
+            Err(error) => failure = Some(error),
+        }
+    }
+    ledger.settle(&with_finalizer);
+    let all_counted = ledger.uncounted_succeeded.is_empty() && ledger.uncounted_failed.is_empty();
+    let mut final_note = None;
+    let settled = all_counted && terminating == 0 && !harvested.truncated;
+    if let Some(outcome) = ending.as_ref().filter(|_| settled) {
+        let (type_, reason, note) = if outcome.success {
+            ("Complete", "Completed", "Job completed".to_string())
+        } else {
+            ("Failed", outcome.reason.as_str(), outcome.message.clone())
+        };
+        set_condition(
+            &mut conditions,
+            type_,
+            "True",
+            &outcome.reason,
+            &outcome.message,
+            now,
+        );
+        if outcome.success {
+            status.completion_time = Some(Time(now));
+        }
+        final_note = Some((reason.to_string(), note, outcome.success));
+    }
+    compose(&mut status, &ledger, &conditions, &census, new_indexes);
+    current = write_status(&context, &key, &current, status).await?;
+    if let Some((reason, note, success)) = final_note {
+        let type_ = if success {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        };
+        publish(&context, &current, &reason, note, type_).await;
+    }
+    if let Some(error) = failure {
+        return Err(error);
+    }
+    if deleting && census.tracked.iter().all(|p| !has_finalizer(p)) {
+        context.expectations.forget(&key);
     }
     Ok(match requeue {
         Some(after) => Action::requeue(after.max(Duration::from_millis(100))),
         None => Action::await_change(),
     })
+}
+
+/// Puts the ledger's counts, the indexes and the conditions into `status`.
+fn compose(
+    status: &mut JobStatus,
+    ledger: &Ledger,
+    conditions: &[JobCondition],
+    census: &Census,
+    new_indexes: &BTreeSet<i32>,
+) {
+    ledger.write(status);
+    if census.indexed {
+        let mut succeeded = census.succeeded_indexes.clone();
+        succeeded.extend(new_indexes.iter().copied());
+        let count = i32::try_from(succeeded.len()).unwrap_or(i32::MAX);
+        status.succeeded = (!succeeded.is_empty()).then_some(count);
+        status.completed_indexes = (!succeeded.is_empty()).then(|| compress(&succeeded));
+        status.failed_indexes = census.failed_indexes.as_ref().map(compress);
+    }
+    status.conditions = (!conditions.is_empty()).then(|| conditions.to_vec());
+}
+
+/// Creates or deletes pods so that the right number run, once the informer shows what was
+/// done before; how long to wait for the back-off of failed pods, if that holds creation back.
+#[allow(clippy::too_many_arguments)]
+async fn manage(
+    context: &Context,
+    api: &Api<Pod>,
+    job: &Job,
+    key: &str,
+    uid: &str,
+    census: &Census,
+    owned: &[Arc<Pod>],
+    now: Timestamp,
+) -> Result<Option<Duration>> {
+    let Some(spec) = job.spec.as_ref() else {
+        return Ok(None);
+    };
+    let exists = |uid: &str| owned.iter().any(|p| p.uid().as_deref() == Some(uid));
+    let live = |uid: &str| {
+        owned
+            .iter()
+            .any(|p| p.uid().as_deref() == Some(uid) && p.metadata.deletion_timestamp.is_none())
+    };
+    if !context.expectations.satisfied(key, exists, live) {
+        return Ok(None);
+    }
+    // Pods being deleted hold their place until they failed when only failed pods are
+    // replaced.
+    let holding: Vec<&Arc<Pod>> = if only_failed_replaced(job) {
+        census
+            .active
+            .iter()
+            .chain(census.terminating.iter())
+            .collect()
+    } else {
+        census.active.iter().collect()
+    };
+    let running_indexes: BTreeSet<i32> = holding.iter().filter_map(|p| index_of(p)).collect();
+    let mut done = census.succeeded_indexes.clone();
+    if let Some(failed) = census.failed_indexes.as_ref() {
+        done.extend(failed.iter().copied());
+    }
+    let (want, missing) = wanted(
+        spec.parallelism.unwrap_or(1),
+        spec.completions,
+        census.indexed,
+        census.succeeded,
+        &done,
+        &running_indexes,
+    );
+    let running = holding.len();
+    if running < want {
+        if let Some(wait) = backoff_remaining(&census.failed_pods, now).filter(|w| !w.is_zero()) {
+            return Ok(Some(wait));
+        }
+        let count = want - running;
+        let new: Vec<NewPod> = if census.indexed {
+            let counts = next_failure_counts(job, &census.failed_pods);
+            let per_index = spec.backoff_limit_per_index.is_some();
+            missing
+                .into_iter()
+                .take(count)
+                .map(|index| NewPod {
+                    index: Some(index),
+                    failure_count: per_index.then(|| counts.get(&index).copied().unwrap_or(0)),
+                })
+                .collect()
+        } else {
+            vec![
+                NewPod {
+                    index: None,
+                    failure_count: None
+                };
+                count
+            ]
+        };
+        create_pods(context, api, job, key, uid, new).await?;
+    } else if census.active.len() > want {
+        let mut extra = census.active.clone();
+        extra.sort_by(|a, b| {
+            b.metadata
+                .creation_timestamp
+                .cmp(&a.metadata.creation_timestamp)
+        });
+        extra.truncate(census.active.len() - want);
+        delete_pods(context, api, job, key, &extra, Deletion::Uncounted).await?;
+    }
+    Ok(None)
+}
+
+/// Writes `status` as the Job's (against the Job's resourceVersion) unless it already is; the
+/// Job as written.
+async fn write_status(context: &Context, key: &str, job: &Job, status: JobStatus) -> Result<Job> {
+    if job.status.as_ref() == Some(&status) {
+        return Ok(job.clone());
+    }
+    let mut updated = job.clone();
+    updated.status = Some(status);
+    let written =
+        Api::<Job>::namespaced(context.client.clone(), &job.namespace().unwrap_or_default())
+            .replace_status(&job.name_any(), &PostParams::default(), &updated)
+            .await?;
+    if let Some(version) = written
+        .metadata
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        context
+            .written
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(key.to_string(), version);
+    }
+    Ok(written)
+}
+
+/// Takes the finalizer off every pod of a finished Job that still carries it.
+async fn release_all(
+    context: &Context,
+    api: &Api<Pod>,
+    key: &str,
+    owned: &[Arc<Pod>],
+    pending: &HashSet<String>,
+) -> Result<()> {
+    for pod in owned.iter().filter(|p| has_finalizer(p)) {
+        let Some(uid) = pod.uid() else { continue };
+        if pending.contains(&uid) {
+            continue;
+        }
+        release_tracked(context, api, key, pod, &uid).await?;
+    }
+    Ok(())
 }
 
 /// How long until failed pods may be replaced: 10 s doubling per failure (at most 6 min) from
@@ -352,7 +479,7 @@ pub(crate) fn backoff_remaining(failed: &[Arc<Pod>], now: Timestamp) -> Option<D
         .min(BACKOFF_MAX);
     let last = failed.iter().filter_map(|pod| finished_at(pod)).max()?;
     let ready_at = last + SignedDuration::try_from(delay).ok()?;
-    Some(std::time::Duration::try_from(ready_at.duration_since(now)).unwrap_or_default())
+    Some(Duration::try_from(ready_at.duration_since(now)).unwrap_or_default())
 }
 
 /// When a pod's containers finished (or, lacking that, when it was created).
@@ -404,115 +531,4 @@ fn set_condition(
         last_transition_time: Some(Time(now)),
         last_probe_time: Some(Time(now)),
     });
-}
-
-/// The template with the labels upstream gives a Job's pods, and (Indexed) its index.
-fn template_for(job: &Job, uid: &str, index: Option<i32>) -> PodTemplateSpec {
-    let mut template = job
-        .spec
-        .as_ref()
-        .map(|spec| spec.template.clone())
-        .unwrap_or_default();
-    let meta = template.metadata.get_or_insert_with(Default::default);
-    let labels = meta.labels.get_or_insert_with(BTreeMap::new);
-    let name = job.name_any();
-    for (key, value) in [
-        ("batch.kubernetes.io/controller-uid", uid.to_string()),
-        ("batch.kubernetes.io/job-name", name.clone()),
-        ("controller-uid", uid.to_string()),
-        ("job-name", name.clone()),
-    ] {
-        labels.entry(key.into()).or_insert(value);
-    }
-    if let Some(index) = index {
-        labels.insert(INDEX.into(), index.to_string());
-        meta.annotations
-            .get_or_insert_with(BTreeMap::new)
-            .insert(INDEX.into(), index.to_string());
-        if let Some(spec) = template.spec.as_mut() {
-            spec.hostname
-                .get_or_insert_with(|| format!("{name}-{index}"));
-            for container in spec.containers.iter_mut() {
-                container.env.get_or_insert_with(Vec::new).push(EnvVar {
-                    name: "JOB_COMPLETION_INDEX".into(),
-                    value: Some(index.to_string()),
-                    value_from: None,
-                });
-            }
-        }
-    }
-    template
-}
-
-async fn create_pods(
-    context: &Context,
-    api: &Api<Pod>,
-    job: &Job,
-    key: &str,
-    uid: &str,
-    indexes: Vec<Option<i32>>,
-) -> Result<()> {
-    let requests = indexes.into_iter().map(|index| {
-        let template = template_for(job, uid, index);
-        let prefix = match index {
-            Some(index) => format!("{}-{index}", job.name_any()),
-            None => job.name_any(),
-        };
-        let pod = pod_from_template(job, &template, &prefix);
-        async move { api.create(&PostParams::default(), &pod).await }
-    });
-    for result in futures::future::join_all(requests).await {
-        match result {
-            Ok(pod) => {
-                if let Some(uid) = pod.uid() {
-                    context.expectations.created(key, uid);
-                }
-                publish(
-                    context,
-                    job,
-                    "SuccessfulCreate",
-                    format!("Created pod: {}", pod.name_any()),
-                    EventType::Normal,
-                )
-                .await;
-            }
-            Err(kube::Error::Api(status))
-                if status.code == 403 && status.message.contains("being terminated") => {}
-            Err(error) => {
-                publish(
-                    context,
-                    job,
-                    "FailedCreate",
-                    format!("Error creating: {error}"),
-                    EventType::Warning,
-                )
-                .await;
-                return Err(error.into());
-            }
-        }
-    }
-    Ok(())
-}
-
-async fn delete_pods(
-    context: &Context,
-    api: &Api<Pod>,
-    job: &Job,
-    key: &str,
-    pods: &[Arc<Pod>],
-) -> Result<()> {
-    for pod in pods {
-        if delete_exact(api, &pod.name_any(), pod.uid(), None).await? {
-            if let Some(uid) = pod.uid() {
-                context.expectations.deleted(key, uid);
-            }
-            let note = format!("Deleted pod: {}", pod.name_any());
-            publish(context, job, "SuccessfulDelete", note, EventType::Normal).await;
-        }
-    }
-    Ok(())
-}
-
-async fn publish(context: &Context, job: &Job, reason: &str, note: String, type_: EventType) {
-    crate::events::publish(&context.recorder, job, type_, reason, "Sync", note).await;
 }
