@@ -219,7 +219,7 @@ pub async fn reconcile(set: Arc<DaemonSet>, context: Arc<Context>) -> Result<Act
             .filter(|pod| pod.metadata.deletion_timestamp.is_none())
             .cloned()
             .collect();
-        if !eligible.iter().any(|n| n.name_any() == name) {
+        if !should_run(&spec.template, node) {
             if !live.is_empty() {
                 misscheduled += 1;
                 if !should_continue_running(&spec.template, node) {
@@ -285,18 +285,22 @@ pub async fn reconcile(set: Arc<DaemonSet>, context: Arc<Context>) -> Result<Act
     // Status, node by node, from the oldest live pod each node holds (as upstream).
     let (mut scheduled, mut ready, mut available_nodes, mut updated) = (0, 0, 0, 0);
     let mut waiting_for_min_ready = false;
+    let mut oldest_on: BTreeMap<String, &Arc<Pod>> = BTreeMap::new();
+    for pod in pods
+        .iter()
+        .filter(|pod| pod.metadata.deletion_timestamp.is_none() && !is_terminal(pod))
+    {
+        if let Some(node) = node_of(pod) {
+            let slot = oldest_on.entry(node).or_insert(pod);
+            if pod.metadata.creation_timestamp < slot.metadata.creation_timestamp {
+                *slot = pod;
+            }
+        }
+    }
     for node in &eligible {
-        let name = node.name_any();
-        let oldest = pods
-            .iter()
-            .filter(|pod| pod.metadata.deletion_timestamp.is_none() && !is_terminal(pod))
-            .filter(|pod| node_of(pod).as_deref() == Some(name.as_str()))
-            .min_by(|a, b| {
-                a.metadata
-                    .creation_timestamp
-                    .cmp(&b.metadata.creation_timestamp)
-            });
-        let Some(pod) = oldest else { continue };
+        let Some(pod) = oldest_on.get(&node.name_any()).copied() else {
+            continue;
+        };
         scheduled += 1;
         if is_ready(pod) {
             ready += 1;
