@@ -627,3 +627,137 @@ async fn the_metrics_time_the_storage_calls_under_the_api() {
     }
     running.stop().await.unwrap();
 }
+
+/// A bound pod deleted gracefully stays, terminating, until its grace period is cut to 0 (the
+/// kubelet's final delete): neither its kubelet's status writes during the grace period nor
+/// removing its last finalizer delete it early, as upstream (an update deletes an object only
+/// when its last finalizer goes and its deletionGracePeriodSeconds is 0). A later delete may
+/// only shorten the grace period. Objects deleted without a grace period still go with their
+/// last finalizer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_deletion_ends_with_the_grace_period_not_with_an_update() {
+    let harness = testing::sqlite().await.unwrap();
+    let (running, _dir) = start(harness.as_ref()).await;
+    let client = client(&running).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let bound_pod = |name: &str, finalizers: &[&str]| -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": name, "finalizers": finalizers},
+            "spec": {"nodeName": "node-1", "containers": [{"name": "c", "image": "busybox"}]}}))
+        .unwrap()
+    };
+    let terminated = json!({"status": {"phase": "Running", "containerStatuses": [{"name": "c",
+        "image": "busybox", "imageID": "", "ready": false, "restartCount": 0,
+        "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}});
+    let no_finalizers = json!({"metadata": {"finalizers": null}});
+
+    // A kubelet reporting its containers stopped during the grace period.
+    pods.create(&PostParams::default(), &bound_pod("stopping", &[]))
+        .await
+        .unwrap();
+    pods.delete("stopping", &DeleteParams::default())
+        .await
+        .unwrap();
+    pods.patch_status(
+        "stopping",
+        &PatchParams::default(),
+        &Patch::Merge(&terminated),
+    )
+    .await
+    .unwrap();
+    let stopping = pods.get_opt("stopping").await.unwrap();
+    let stopping = stopping.expect("a status write during the grace period deleted the pod");
+    assert_eq!(stopping.metadata.deletion_grace_period_seconds, Some(30));
+    pods.delete("stopping", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    assert!(pods.get_opt("stopping").await.unwrap().is_none());
+
+    // The last finalizer removed during the grace period: the pod waits for its kubelet.
+    pods.create(
+        &PostParams::default(),
+        &bound_pod("held", &["example.com/hold"]),
+    )
+    .await
+    .unwrap();
+    pods.delete("held", &DeleteParams::default()).await.unwrap();
+    pods.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(&no_finalizers),
+    )
+    .await
+    .unwrap();
+    let held = pods.get_opt("held").await.unwrap();
+    let held = held.expect("removing the last finalizer cut the grace period short");
+    assert_eq!(held.metadata.deletion_grace_period_seconds, Some(30));
+    pods.delete("held", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    assert!(pods.get_opt("held").await.unwrap().is_none());
+
+    // A later delete shortens the grace period (and moves deletionTimestamp earlier by as
+    // much); a longer one does not lengthen it. With the grace period at 0, removing the last
+    // finalizer completes the deletion.
+    pods.create(
+        &PostParams::default(),
+        &bound_pod("shortened", &["example.com/hold"]),
+    )
+    .await
+    .unwrap();
+    pods.delete("shortened", &DeleteParams::default().grace_period(60))
+        .await
+        .unwrap();
+    let first = pods.get("shortened").await.unwrap().metadata;
+    assert_eq!(first.deletion_grace_period_seconds, Some(60));
+    pods.delete("shortened", &DeleteParams::default().grace_period(90))
+        .await
+        .unwrap();
+    let unchanged = pods.get("shortened").await.unwrap().metadata;
+    assert_eq!(unchanged.deletion_grace_period_seconds, Some(60));
+    assert_eq!(unchanged.deletion_timestamp, first.deletion_timestamp);
+    pods.delete("shortened", &DeleteParams::default().grace_period(20))
+        .await
+        .unwrap();
+    let shorter = pods.get("shortened").await.unwrap().metadata;
+    assert_eq!(shorter.deletion_grace_period_seconds, Some(20));
+    let moved = first.deletion_timestamp.unwrap().0 - shorter.deletion_timestamp.unwrap().0;
+    assert_eq!(moved.get_seconds(), 40);
+    pods.delete("shortened", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    let zero = pods.get("shortened").await.unwrap().metadata;
+    assert_eq!(zero.deletion_grace_period_seconds, Some(0));
+    pods.patch(
+        "shortened",
+        &PatchParams::default(),
+        &Patch::Merge(&no_finalizers),
+    )
+    .await
+    .unwrap();
+    assert!(pods.get_opt("shortened").await.unwrap().is_none());
+
+    // A ConfigMap (no grace period) goes with its last finalizer.
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let mut held = configmap("held", "v");
+    held.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    configmaps
+        .create(&PostParams::default(), &held)
+        .await
+        .unwrap();
+    configmaps
+        .delete("held", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(configmaps.get_opt("held").await.unwrap().is_some());
+    configmaps
+        .patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(&no_finalizers),
+        )
+        .await
+        .unwrap();
+    assert!(configmaps.get_opt("held").await.unwrap().is_none());
+    running.stop().await.unwrap();
+    harness.cleanup().await;
+}

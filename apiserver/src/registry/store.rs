@@ -321,8 +321,12 @@ impl Registry {
                     warnings: warnings.clone(),
                 });
             }
-            if object::is_deleting(&object) && !holds_deletion(info, &object) {
-                // The last finalizer is gone: the pending deletion completes now.
+            if object::is_deleting(&object)
+                && !holds_deletion(info, &object)
+                && deletion_grace_period(&current) == 0
+            {
+                // The last finalizer is gone and no grace period runs (a gracefully deleted
+                // pod waits for its kubelet's final delete): the deletion completes now.
                 match self.storage.delete(&key, Some(revision)).await? {
                     DeleteOutcome::Deleted { revision, .. } => {
                         self.allocators.release_for(info, &object).await;
@@ -671,6 +675,40 @@ pub(super) fn check_preconditions(
     Ok(())
 }
 
+/// The grace period an object being deleted waits for (0 when none, or not being deleted).
+fn deletion_grace_period(object: &Value) -> i64 {
+    object["metadata"]["deletionGracePeriodSeconds"]
+        .as_i64()
+        .unwrap_or(0)
+}
+
+/// A delete of an object already being deleted may only shorten its grace period, moving
+/// its deletionTimestamp earlier by as much (as upstream's BeforeDelete).
+fn shorten_grace_period(metadata: &mut serde_json::Map<String, Value>, requested: Option<i64>) {
+    let current = metadata
+        .get("deletionGracePeriodSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    let Some(requested) = requested.map(|r| r.max(0)).filter(|r| *r < current) else {
+        return;
+    };
+    let Some(when) = metadata
+        .get("deletionTimestamp")
+        .and_then(Value::as_str)
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+    else {
+        return;
+    };
+    let earlier = when
+        .checked_sub(jiff::SignedDuration::from_secs(current - requested))
+        .unwrap_or(when);
+    metadata.insert(
+        "deletionTimestamp".into(),
+        earlier.strftime("%Y-%m-%dT%H:%M:%SZ").to_string().into(),
+    );
+    metadata.insert("deletionGracePeriodSeconds".into(), requested.into());
+}
+
 /// The marked object when deletion must wait (finalizers, a terminating namespace, a bound
 /// pod's grace period), or None when the object can go now.
 fn pending_deletion(
@@ -702,7 +740,9 @@ fn pending_deletion(
     if !finalizers.is_empty() {
         metadata.insert("finalizers".into(), json!(finalizers));
     }
-    if !metadata.contains_key("deletionTimestamp") {
+    if metadata.contains_key("deletionTimestamp") {
+        shorten_grace_period(metadata, options.grace_period_seconds);
+    } else {
         let grace = match hold {
             Some(Hold::Grace(seconds)) => seconds,
             _ => 0,
