@@ -45,8 +45,10 @@ pub fn validate_pod_update(new: &Value, old: &Value, errs: &mut Errs) {
 }
 
 /// The checks of a status update that apply to Rudder's pods: a new nominated node is a node
-/// name.
+/// name, and a terminated container stays terminated unless it restarts.
 fn validate_status_update(new: &Value, old: &Value, errs: &mut Errs) {
+    validate_container_states(new, old, errs);
+
     let nominated = new["status"]["nominatedNodeName"].as_str().unwrap_or("");
     if !nominated.is_empty() && old["status"]["nominatedNodeName"].as_str() != Some(nominated) {
         for msg in is_dns1123_subdomain(nominated) {
@@ -54,6 +56,54 @@ fn validate_status_update(new: &Value, old: &Value, errs: &mut Errs) {
                 "status.nominatedNodeName",
                 nominated,
                 msg,
+            ));
+        }
+    }
+}
+
+/// Terminated containers stay terminated unless the pod's restart policy (or, for a sidecar,
+/// its own) restarts them.
+fn validate_container_states(new: &Value, old: &Value, errs: &mut Errs) {
+    let policy = old["spec"]["restartPolicy"].as_str().unwrap_or("Always");
+    if policy == "Always" {
+        return;
+    }
+    // With OnFailure a container that failed restarts; init containers follow the pod's
+    // policy, but for sidecars (their own `Always`).
+    let restarts = |status: &Value| {
+        policy == "OnFailure" && status["state"]["terminated"]["exitCode"].as_i64() != Some(0)
+    };
+    let sidecar = |status: &Value| {
+        list(&old["spec"], "initContainers")
+            .iter()
+            .any(|c| c["name"] == status["name"] && c["restartPolicy"].as_str() == Some("Always"))
+    };
+    validate_stays_terminated(new, old, "containerStatuses", &restarts, errs);
+    let init_restarts = |status: &Value| restarts(status) || sidecar(status);
+    validate_stays_terminated(new, old, "initContainerStatuses", &init_restarts, errs);
+}
+
+/// upstream's ValidateContainerStateTransition: a container the stored status shows
+/// terminated may not be running or waiting in the new one (unless `restarts` says it may).
+fn validate_stays_terminated(
+    new: &Value,
+    old: &Value,
+    field: &str,
+    restarts: &dyn Fn(&Value) -> bool,
+    errs: &mut Errs,
+) {
+    for (i, before) in list(&old["status"], field).iter().enumerate() {
+        let name = before["name"].as_str().unwrap_or("");
+        if before["state"]["terminated"].is_null() || restarts(before) {
+            continue;
+        }
+        let revived = list(&new["status"], field).iter().any(|after| {
+            after["name"].as_str() == Some(name) && after["state"]["terminated"].is_null()
+        });
+        if revived {
+            errs.push(FieldError::forbidden(
+                format!("status.{field}[{i}].state"),
+                "may not be transitioned to non-terminated state",
             ));
         }
     }

@@ -215,3 +215,92 @@ fn the_nominated_node_must_be_a_node_name() {
         "{m:?}"
     );
 }
+
+/// A pod with `statuses` as its status's `field` (containerStatuses or initContainerStatuses).
+fn with_statuses(mut pod: Value, field: &str, statuses: Value) -> Value {
+    pod["status"] = json!({ field: statuses });
+    pod
+}
+
+fn state(name: &str, state: Value) -> Value {
+    json!({"name": name, "image": "nginx", "imageID": "", "ready": false, "restartCount": 0,
+        "state": state})
+}
+
+#[test]
+fn a_terminated_container_stays_terminated_unless_the_pod_always_restarts() {
+    // upstream's ValidateContainerStateTransition: with restartPolicy Never (or OnFailure,
+    // for a container that succeeded), a status update may not take a terminated container
+    // back to running or waiting; with Always it may (the kubelet restarts it), and with
+    // OnFailure a failed container may. Restartable init containers (sidecars) restart.
+    let terminated = json!({"terminated": {"exitCode": 0}});
+    let running = json!({"running": {}});
+    for (policy, allowed) in [("Never", false), ("OnFailure", false), ("Always", true)] {
+        let stored = pod(&|s| s["restartPolicy"] = json!(policy));
+        let old = with_statuses(
+            stored.clone(),
+            "containerStatuses",
+            json!([state("c", terminated.clone())]),
+        );
+        let new = with_statuses(
+            stored.clone(),
+            "containerStatuses",
+            json!([state("c", running.clone())]),
+        );
+        let got = msgs(&new, Some(&old));
+        if allowed {
+            assert!(got.is_empty(), "{policy}: {got:?}");
+        } else {
+            assert_eq!(
+                got,
+                vec!["status.containerStatuses[0].state: Forbidden: may not be transitioned to non-terminated state"],
+                "{policy}"
+            );
+        }
+        // Staying terminated (a new exit code recorded) is fine under every policy.
+        let again = with_statuses(
+            stored.clone(),
+            "containerStatuses",
+            json!([state("c", json!({"terminated": {"exitCode": 1}}))]),
+        );
+        assert!(msgs(&again, Some(&old)).is_empty(), "{policy}");
+        // A failed container restarts under OnFailure (and Always), not under Never.
+        let failed = with_statuses(
+            stored,
+            "containerStatuses",
+            json!([state("c", json!({"terminated": {"exitCode": 2}}))]),
+        );
+        let restarted = msgs(&new, Some(&failed));
+        assert_eq!(
+            restarted.is_empty(),
+            policy != "Never",
+            "{policy}: {restarted:?}"
+        );
+    }
+    let with_init = pod(&|s| {
+        s["restartPolicy"] = json!("Never");
+        s["initContainers"] = json!([
+            {"name": "setup", "image": "nginx", "imagePullPolicy": "IfNotPresent", "terminationMessagePolicy": "File"},
+            {"name": "sidecar", "image": "nginx", "imagePullPolicy": "IfNotPresent", "terminationMessagePolicy": "File", "restartPolicy": "Always"}]);
+    });
+    let old = with_statuses(
+        with_init.clone(),
+        "initContainerStatuses",
+        json!([
+            state("setup", terminated.clone()),
+            state("sidecar", terminated.clone())
+        ]),
+    );
+    let new = with_statuses(
+        with_init,
+        "initContainerStatuses",
+        json!([
+            state("setup", running.clone()),
+            state("sidecar", running.clone())
+        ]),
+    );
+    assert_eq!(
+        msgs(&new, Some(&old)),
+        vec!["status.initContainerStatuses[0].state: Forbidden: may not be transitioned to non-terminated state"]
+    );
+}
