@@ -6,7 +6,7 @@
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
@@ -62,6 +62,36 @@ fn condition<'a>(
         .as_ref()?
         .iter()
         .find(|c| c.type_ == type_ && c.status == "True")
+}
+
+/// With `restartPolicy: OnFailure` a failing container restarts in place and its pod never
+/// fails, so (as upstream) the restarts of the Job's pending and running pods count towards
+/// `backoffLimit`: their sum reaching it ends the Job (any restart at all with a limit of 0).
+fn restarts_reach_limit(spec: &JobSpec, active: &[Arc<Pod>], limit: usize) -> bool {
+    let on_failure = spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.as_deref())
+        == Some("OnFailure");
+    if !on_failure {
+        return false;
+    }
+    let restarts: usize = active
+        .iter()
+        .filter_map(|pod| pod.status.as_ref())
+        .filter(|status| matches!(status.phase.as_deref(), Some("Pending" | "Running")))
+        .flat_map(|status| {
+            let init = status.init_container_statuses.iter().flatten();
+            init.chain(status.container_statuses.iter().flatten())
+        })
+        .map(|container| usize::try_from(container.restart_count).unwrap_or(0))
+        .sum();
+    if limit == 0 {
+        restarts > 0
+    } else {
+        restarts >= limit
+    }
 }
 
 fn verdict(success: bool, reason: &str, message: impl Into<String>) -> Option<Outcome> {
@@ -150,6 +180,7 @@ pub fn take(job: &Job, owned: &[Arc<Pod>], pending: &HashSet<String>, now: Times
 
     let ending = decide(
         job,
+        &active,
         &failed_pods,
         failed,
         &succeeded_indexes,
@@ -177,6 +208,7 @@ pub fn take(job: &Job, owned: &[Arc<Pod>], pending: &HashSet<String>, now: Times
 /// pods are managed.)
 fn decide(
     job: &Job,
+    active: &[Arc<Pod>],
     failed_pods: &[Arc<Pod>],
     failed: usize,
     succeeded_indexes: &BTreeSet<i32>,
@@ -206,7 +238,9 @@ fn decide(
         return verdict(false, "PodFailurePolicy", message);
     }
     let backoff_limit = usize::try_from(spec.backoff_limit.unwrap_or(6)).unwrap_or(0);
-    if spec.backoff_limit_per_index.is_none() && failed > backoff_limit {
+    if spec.backoff_limit_per_index.is_none()
+        && (failed > backoff_limit || restarts_reach_limit(&spec, active, backoff_limit))
+    {
         return verdict(
             false,
             "BackoffLimitExceeded",

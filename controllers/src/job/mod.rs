@@ -1,8 +1,10 @@
 //! The Job controller: runs a Job's pods to completion — `parallelism` at a time until
 //! `completions` succeed (or, without completions, until one succeeds and the rest are done),
-//! one pod per index in Indexed mode — and fails the Job past `backoffLimit` failures or
+//! one pod per index in Indexed mode — and fails the Job past `backoffLimit` failures (with
+//! `restartPolicy: OnFailure`, container restarts in its running pods) or
 //! `activeDeadlineSeconds`, re-creating failed pods after client-go's exponential delay (10 s
-//! doubling, at most 6 min). `suspend` stops its pods. Status carries the counts, the start
+//! doubling, at most 6 min; `backoff`, per index with `backoffLimitPerIndex`). `suspend` stops
+//! its pods. Status carries the counts, the start
 //! and completion times, completed indexes, and upstream's conditions (`SuccessCriteriaMet`,
 //! `Complete`, `FailureTarget`, `Failed`, `Suspended`), `ready` and `terminating` counts.
 //!
@@ -18,6 +20,7 @@
 //! The `ttl` module is the TTL-after-finished controller, which deletes finished Jobs once
 //! `ttlSecondsAfterFinished` has passed.
 
+mod backoff;
 pub(crate) mod census;
 pub mod failure_policy;
 pub mod indexes;

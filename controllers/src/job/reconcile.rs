@@ -16,6 +16,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::ResourceExt;
 
+use super::backoff;
 use super::census::{self, Census, Outcome};
 use super::indexes::{compress, index_of, next_failure_counts};
 use super::pod_control::{create_pods, delete_pods, publish, release_tracked, Deletion, NewPod};
@@ -28,9 +29,6 @@ use rudder_facts::pods::is_ready;
 
 /// The `spec.managedBy` of Jobs this controller runs (the default).
 const MANAGER: &str = "kubernetes.io/job-controller";
-/// upstream's default backoff before re-creating failed pods, and its cap.
-const BACKOFF_BASE: Duration = Duration::from_secs(10);
-const BACKOFF_MAX: Duration = Duration::from_secs(360);
 
 fn has_condition(job: &Job, type_: &str) -> bool {
     job.status
@@ -382,22 +380,38 @@ async fn manage(
         &running_indexes,
     );
     let running = holding.len();
+    let per_index = census.indexed && spec.backoff_limit_per_index.is_some();
+    let mut requeue = None;
     if running < want {
-        if let Some(wait) = backoff_remaining(&census.failed_pods, now).filter(|w| !w.is_zero()) {
-            return Ok(Some(wait));
+        if !per_index {
+            let wait = backoff::job_remaining(&census.failed_pods, now);
+            if let Some(wait) = wait.filter(|w| !w.is_zero()) {
+                return Ok(Some(wait));
+            }
         }
         let count = want - running;
         let new: Vec<NewPod> = if census.indexed {
             let counts = next_failure_counts(job, &census.failed_pods);
-            let per_index = spec.backoff_limit_per_index.is_some();
-            missing
-                .into_iter()
-                .take(count)
-                .map(|index| NewPod {
-                    index: Some(index),
-                    failure_count: per_index.then(|| counts.get(&index).copied().unwrap_or(0)),
-                })
-                .collect()
+            let mut ready = Vec::new();
+            for index in missing {
+                let failures = counts.get(&index).copied().unwrap_or(0);
+                // Per index, an index still backing off waits alone.
+                let wait = per_index
+                    .then(|| backoff::index_remaining(&census.failed_pods, index, failures, now))
+                    .flatten()
+                    .filter(|w| !w.is_zero());
+                if let Some(wait) = wait {
+                    requeue = Some(requeue.map_or(wait, |r: Duration| r.min(wait)));
+                    continue;
+                }
+                if ready.len() < count {
+                    ready.push(NewPod {
+                        index: Some(index),
+                        failure_count: per_index.then_some(failures),
+                    });
+                }
+            }
+            ready
         } else {
             vec![
                 NewPod {
@@ -418,7 +432,7 @@ async fn manage(
         extra.truncate(census.active.len() - want);
         delete_pods(context, api, job, key, &extra, Deletion::Uncounted).await?;
     }
-    Ok(None)
+    Ok(requeue)
 }
 
 /// Writes `status` as the Job's (against the Job's resourceVersion) unless it already is; the
@@ -464,44 +478,6 @@ async fn release_all(
         release_tracked(context, api, key, pod, &uid).await?;
     }
     Ok(())
-}
-
-/// How long until failed pods may be replaced: 10 s doubling per failure (at most 6 min) from
-/// the latest failure.
-pub(crate) fn backoff_remaining(failed: &[Arc<Pod>], now: Timestamp) -> Option<Duration> {
-    if failed.is_empty() {
-        return None;
-    }
-    let exponent = u32::try_from(failed.len() - 1).unwrap_or(u32::MAX).min(16);
-    let delay = BACKOFF_BASE
-        .checked_mul(2u32.pow(exponent))
-        .unwrap_or(BACKOFF_MAX)
-        .min(BACKOFF_MAX);
-    let last = failed.iter().filter_map(|pod| finished_at(pod)).max()?;
-    let ready_at = last + SignedDuration::try_from(delay).ok()?;
-    Some(Duration::try_from(ready_at.duration_since(now)).unwrap_or_default())
-}
-
-/// When a pod's containers finished (or, lacking that, when it was created).
-fn finished_at(pod: &Pod) -> Option<Timestamp> {
-    let finished = pod
-        .status
-        .as_ref()
-        .and_then(|status| status.container_statuses.as_ref())
-        .into_iter()
-        .flatten()
-        .filter_map(|status| {
-            status
-                .state
-                .as_ref()?
-                .terminated
-                .as_ref()?
-                .finished_at
-                .as_ref()
-        })
-        .map(|time| time.0)
-        .max();
-    finished.or_else(|| pod.metadata.creation_timestamp.as_ref().map(|time| time.0))
 }
 
 fn set_condition(

@@ -276,3 +276,59 @@ fn indexed_successes_count_indexes_once() {
     assert_eq!(census.succeeded, 2);
     assert_eq!(census.active.len(), 1);
 }
+
+/// A running pod whose one container restarted `restarts` times.
+fn restarted(name: &str, restarts: i32) -> Pod {
+    let mut pod = pod(name, "Running");
+    pod.status
+        .get_or_insert_with(Default::default)
+        .container_statuses = Some(vec![k8s_openapi::api::core::v1::ContainerStatus {
+        name: "main".into(),
+        restart_count: restarts,
+        ..Default::default()
+    }]);
+    pod
+}
+
+#[test]
+fn on_failure_restarts_of_running_pods_count_towards_backoff_limit() {
+    // restartPolicy OnFailure: failed containers restart in place and no pod fails, so the
+    // kubelet's restart counts over the Job's running pods are what reach the limit (with a
+    // limit of 0, one restart does); with Never they are not counted.
+    let spec = |limit, restart_policy: &str| {
+        let mut spec = JobSpec {
+            backoff_limit: Some(limit),
+            ..JobSpec::default()
+        };
+        spec.template.spec = Some(PodSpec {
+            restart_policy: Some(restart_policy.into()),
+            ..PodSpec::default()
+        });
+        spec
+    };
+    let on_failure = |limit| job(spec(limit, "OnFailure"), JobStatus::default());
+    let exceeded = Some((
+        false,
+        "BackoffLimitExceeded".to_string(),
+        "Job has reached the specified backoff limit".to_string(),
+    ));
+    assert_eq!(
+        ending(&on_failure(3), vec![restarted("a", 1), restarted("b", 2)]),
+        exceeded
+    );
+    assert_eq!(
+        reason(&on_failure(3), vec![restarted("a", 1), restarted("b", 1)]),
+        None
+    );
+    assert_eq!(reason(&on_failure(0), vec![restarted("a", 0)]), None);
+    assert_eq!(
+        reason(&on_failure(0), vec![restarted("a", 1)]).as_deref(),
+        Some("BackoffLimitExceeded")
+    );
+    // Restarts of pods that already finished are not counted again.
+    let mut done = restarted("a", 5);
+    done.status.as_mut().unwrap().phase = Some("Succeeded".into());
+    assert_eq!(reason(&on_failure(3), vec![done]), None);
+    let never = job(spec(3, "Never"), JobStatus::default());
+    assert_eq!(reason(&never, vec![restarted("a", 9)]), None);
+}
