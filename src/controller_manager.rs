@@ -73,9 +73,19 @@ pub struct NodeControllerArgs {
     /// conditions become Unknown and it is tainted unreachable (e.g. 40s).
     #[arg(long, default_value = "40s", value_parser = crate::serve::parse_interval)]
     node_monitor_grace_period: std::time::Duration,
-    /// Nodes a second that may be given a NoExecute taint (0: none).
+    /// Nodes a second, per zone, that may be given a NoExecute taint (0: none).
     #[arg(long, default_value_t = 0.1)]
     node_eviction_rate: f64,
+    /// The same in a zone whose nodes are mostly not Ready (--unhealthy-zone-threshold) and
+    /// that has more than --large-cluster-size-threshold nodes; a smaller such zone gets none.
+    #[arg(long, default_value_t = 0.01)]
+    secondary_node_eviction_rate: f64,
+    /// The share of not-Ready nodes (more than two of them) that makes a zone unhealthy.
+    #[arg(long, default_value_t = 0.55)]
+    unhealthy_zone_threshold: f64,
+    /// Zones of more nodes than this keep evicting, at the secondary rate, when unhealthy.
+    #[arg(long, default_value_t = 50)]
+    large_cluster_size_threshold: usize,
     /// The prefix length of the pod range each node gets from the cluster CIDR.
     #[arg(long, default_value_t = 24)]
     node_cidr_mask_size: u8,
@@ -90,7 +100,12 @@ impl NodeControllerArgs {
             startup_grace_period: defaults
                 .startup_grace_period
                 .max(self.node_monitor_grace_period),
-            eviction_rate: self.node_eviction_rate,
+            zones: rudder_controllers::nodelifecycle::zones::ZoneSettings {
+                eviction_rate: self.node_eviction_rate,
+                secondary_eviction_rate: self.secondary_node_eviction_rate,
+                unhealthy_zone_threshold: self.unhealthy_zone_threshold,
+                large_cluster_size_threshold: self.large_cluster_size_threshold,
+            },
             ..defaults
         }
     }

@@ -146,6 +146,12 @@ pub fn wanted_taints(node: &Node, may_evict: bool, now: &Time) -> Vec<Taint> {
     wanted
 }
 
+/// Takes the `NoExecute` not-ready and unreachable taints out of `taints` (no node is
+/// evicted while every zone is fully disrupted).
+pub fn lift_no_execute(taints: &mut Vec<Taint>) {
+    taints.retain(|t| !(t.effect == "NoExecute" && (t.key == NOT_READY || t.key == UNREACHABLE)));
+}
+
 fn stamped(key: &str, now: &Time) -> Taint {
     Taint {
         time_added: Some(now.clone()),

@@ -9,8 +9,9 @@
 //! (not-ready, unreachable, memory/disk/pid pressure, network-unavailable, unschedulable), and
 //! a node that is not Ready the `NoExecute` taint `node.kubernetes.io/not-ready` (False) or
 //! `node.kubernetes.io/unreachable` (Unknown) — new `NoExecute` taints at most
-//! `--node-eviction-rate` nodes a second (0.1, upstream's default, without its per-zone
-//! rates); all are lifted when the node is Ready again.
+//! `--node-eviction-rate` nodes a second per zone (0.1, upstream's default), slower or not at
+//! all in a zone mostly down, and none while no node anywhere is Ready (see [`zones`]); all
+//! are lifted when the node is Ready again.
 //!
 //! Taint-based eviction deletes the pods of `NoExecute`-tainted nodes (see
 //! [`taint_eviction`]), each first marked with the `DisruptionTarget` condition (reason
@@ -20,6 +21,7 @@
 
 pub mod health;
 pub mod taint_eviction;
+pub mod zones;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -37,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::informers::Informers;
 use taint_eviction::Verdict;
+use zones::ZoneSettings;
 
 /// How the node lifecycle controller judges nodes.
 #[derive(Clone, Copy, Debug)]
@@ -45,8 +48,8 @@ pub struct Settings {
     pub grace_period: Duration,
     /// The same for a node that never posted a Ready condition (`--node-startup-grace-period`).
     pub startup_grace_period: Duration,
-    /// Nodes a second that may get a new `NoExecute` taint (`--node-eviction-rate`; 0: none).
-    pub eviction_rate: f64,
+    /// How many nodes a second may get a new `NoExecute` taint, per zone and zone state.
+    pub zones: ZoneSettings,
     /// Between two passes.
     pub period: Duration,
 }
@@ -56,7 +59,7 @@ impl Default for Settings {
         Self {
             grace_period: Duration::from_secs(40),
             startup_grace_period: Duration::from_secs(60),
-            eviction_rate: 0.1,
+            zones: ZoneSettings::default(),
             period: Duration::from_secs(1),
         }
     }
@@ -85,36 +88,68 @@ struct Lifecycle {
     pods: Store<Pod>,
     settings: Settings,
     heard: HashMap<String, Heard>,
-    /// When the next new `NoExecute` taint may be set.
-    next_eviction: Instant,
+    /// When the next new `NoExecute` taint may be set, per zone.
+    next_eviction: HashMap<String, Instant>,
+    /// Whether every zone was fully disrupted at the last pass.
+    all_disrupted: bool,
 }
 
 impl Lifecycle {
-    /// Whether a new `NoExecute` taint may be set now (and if so, spends the turn).
-    fn may_evict(&mut self) -> bool {
-        if self.settings.eviction_rate <= 0.0 {
+    /// Whether a new `NoExecute` taint may be set in `zone` now at `rate` nodes a second (and
+    /// if so, spends the zone's turn).
+    fn may_evict(&mut self, zone: &str, rate: f64) -> bool {
+        if rate <= 0.0 {
             return false;
         }
         let now = Instant::now();
-        if now < self.next_eviction {
+        if self.next_eviction.get(zone).is_some_and(|next| now < *next) {
             return false;
         }
-        self.next_eviction = now + Duration::from_secs_f64(1.0 / self.settings.eviction_rate);
+        let next = now + Duration::from_secs_f64(1.0 / rate);
+        self.next_eviction.insert(zone.to_string(), next);
         true
     }
 
+    /// Each node's health first, then, from the zones' states that result, its taints.
     async fn pass(&mut self) {
         let nodes = self.nodes.state();
         self.heard
             .retain(|name, _| nodes.iter().any(|node| node.name_any() == *name));
+        let mut observed = Vec::with_capacity(nodes.len());
         for node in nodes {
-            if let Err(error) = self.check(&node).await {
+            match self.observe(&node).await {
+                Ok(node) => observed.push(node),
+                Err(error) => {
+                    tracing::debug!(node = %node.name_any(), %error, "node lifecycle; next pass retries");
+                }
+            }
+        }
+        let census = zones::Census::take(&observed, self.settings.zones.unhealthy_zone_threshold);
+        let all_disrupted = census.all_disrupted();
+        if all_disrupted != self.all_disrupted {
+            if all_disrupted {
+                tracing::warn!("no node is Ready in any zone: entering master disruption mode (no taints, no evictions)");
+            } else {
+                tracing::info!("some nodes are Ready: leaving master disruption mode");
+                // Every node gets a fresh grace period, as upstream resets its probe times.
+                let now = Instant::now();
+                for heard in self.heard.values_mut() {
+                    heard.at = now;
+                }
+                self.next_eviction.clear();
+            }
+            self.all_disrupted = all_disrupted;
+        }
+        for node in observed {
+            if let Err(error) = self.taint(&node, &census).await {
                 tracing::debug!(node = %node.name_any(), %error, "node lifecycle; next pass retries");
             }
         }
     }
 
-    async fn check(&mut self, node: &Node) -> kube::Result<()> {
+    /// The node's health: its conditions Unknown once it has gone quiet for the grace period,
+    /// its pods not Ready when it stops being Ready. The node as it now is.
+    async fn observe(&mut self, node: &Node) -> kube::Result<Node> {
         let name = node.name_any();
         let heartbeat =
             health::condition(node, "Ready").and_then(|c| c.last_heartbeat_time.clone());
@@ -163,6 +198,13 @@ impl Lifecycle {
         if let Some(heard) = self.heard.get_mut(&name) {
             heard.ready = ready;
         }
+        Ok(node)
+    }
+
+    /// Sets the taints the node's conditions call for; a new `NoExecute` one only at its
+    /// zone's rate, and none (the present ones lifted) while every zone is fully disrupted.
+    async fn taint(&mut self, node: &Node, census: &zones::Census) -> kube::Result<()> {
+        let name = node.name_any();
         let current = node
             .spec
             .as_ref()
@@ -171,13 +213,19 @@ impl Lifecycle {
         let adds_no_execute = |taints: &[k8s_openapi::api::core::v1::Taint]| {
             taints.iter().any(|t| t.effect == "NoExecute")
         };
-        let mut wanted = health::wanted_taints(&node, false, &now_time());
-        let needs_turn = !adds_no_execute(&current)
-            && adds_no_execute(&health::wanted_taints(&node, true, &now_time()));
-        if needs_turn && self.may_evict() {
-            wanted = health::wanted_taints(&node, true, &now_time());
+        let mut wanted = health::wanted_taints(node, false, &now_time());
+        if census.all_disrupted() {
+            health::lift_no_execute(&mut wanted);
+        } else {
+            let needs_turn = !adds_no_execute(&current)
+                && adds_no_execute(&health::wanted_taints(node, true, &now_time()));
+            let zone = zones::zone_of(node);
+            if needs_turn && self.may_evict(&zone, census.rate(&self.settings.zones, &zone)) {
+                wanted = health::wanted_taints(node, true, &now_time());
+            }
         }
         if !health::same_taints(&current, &wanted) {
+            let api: Api<Node> = Api::all(self.client.clone());
             tracing::info!(node = %name, taints = ?wanted.iter().map(|t| format!("{}:{}", t.key, t.effect)).collect::<Vec<_>>(), "node taints");
             let patch = json!({"metadata": {"resourceVersion": node.resource_version()},
                 "spec": {"taints": wanted}});
@@ -330,7 +378,8 @@ pub fn controller(
         pods: informers.get::<Pod>().store,
         settings,
         heard: HashMap::new(),
-        next_eviction: Instant::now(),
+        next_eviction: HashMap::new(),
+        all_disrupted: false,
     };
     let (nodes, leases, pods) = (
         lifecycle.nodes.clone(),
