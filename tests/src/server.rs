@@ -173,6 +173,19 @@ impl RudderServer {
             .unwrap_or_else(|error| panic!("cannot run kubectl.{version}: {error}"))
     }
 
+    /// Runs kubectl `version` against this server; its stdout, or a panic with its stderr
+    /// when it fails.
+    pub fn kubectl_ok(&self, version: &str, args: &[&str]) -> String {
+        let output = self.kubectl(version, args);
+        assert!(
+            output.status.success(),
+            "kubectl {args:?} failed: {}\n{}",
+            String::from_utf8_lossy(&output.stderr),
+            String::from_utf8_lossy(&output.stdout)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
     /// A kubeconfig for this server's cluster: the admin's, with `auth` in place of the
     /// admin's credentials when given, aimed at `other`'s address when given (another server
     /// of the same cluster). Written (as JSON, which is YAML) into the temporary directory.

@@ -66,14 +66,7 @@ fn ready_every_pod(client: Client) -> tokio::task::JoinHandle<()> {
 }
 
 fn kubectl_ok(server: &RudderServer, args: &[&str]) -> String {
-    let output = server.kubectl(KUBECTL, args);
-    assert!(
-        output.status.success(),
-        "kubectl {args:?} failed: {}\n{}",
-        String::from_utf8_lossy(&output.stderr),
-        String::from_utf8_lossy(&output.stdout)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    server.kubectl_ok(KUBECTL, args)
 }
 
 /// Pods of the Deployment `web` (by its selector), as `(total, ready)` not being deleted.

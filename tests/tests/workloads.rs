@@ -29,14 +29,7 @@ const KUBECTL: &str = "1.33";
 const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
 
 fn kubectl_ok(server: &RudderServer, args: &[&str]) -> String {
-    let output = server.kubectl(KUBECTL, args);
-    assert!(
-        output.status.success(),
-        "kubectl {args:?} failed: {}\n{}",
-        String::from_utf8_lossy(&output.stderr),
-        String::from_utf8_lossy(&output.stdout)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    server.kubectl_ok(KUBECTL, args)
 }
 
 fn image_of(pod: &Pod) -> String {
