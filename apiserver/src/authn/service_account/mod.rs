@@ -11,6 +11,7 @@
 //! - Every refusal is the same 401: the client learns nothing of why (the log does).
 
 pub mod signer;
+mod verified;
 
 use std::sync::Arc;
 
@@ -124,6 +125,8 @@ pub struct ServiceAccountTokens {
     audiences: Vec<String>,
     /// Reads accounts, pods and secrets (no admission: it only reads).
     registry: Registry,
+    /// Tokens whose signature held, with their claims.
+    verified: verified::Verified<Claims>,
 }
 
 fn now() -> i64 {
@@ -156,6 +159,7 @@ impl ServiceAccountTokens {
             issuer,
             audiences,
             registry,
+            verified: verified::Verified::new(),
         }
     }
 
@@ -185,22 +189,28 @@ impl ServiceAccountTokens {
 
     /// The user a valid token names; `Ok(None)` when the token is not one of ours.
     async fn verify(&self, token: &str) -> Result<Option<UserInfo>, AuthnError> {
-        let Ok(header) = jsonwebtoken::decode_header(token) else {
-            return Ok(None);
+        let claims = match self.verified.get(token) {
+            Some(claims) => claims,
+            None => {
+                let Ok(header) = jsonwebtoken::decode_header(token) else {
+                    return Ok(None);
+                };
+                if header.alg != jsonwebtoken::Algorithm::ES256 {
+                    return Ok(None);
+                }
+                let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::ES256);
+                validation.validate_exp = false;
+                validation.validate_nbf = false;
+                validation.validate_aud = false;
+                validation.required_spec_claims.clear();
+                let key = self.signer.decoding_key();
+                match jsonwebtoken::decode::<Claims>(token, key, &validation) {
+                    Ok(data) => self.verified.insert(token, data.claims),
+                    Err(error) => return Err(rejected(error)),
+                }
+            }
         };
-        if header.alg != jsonwebtoken::Algorithm::ES256 {
-            return Ok(None);
-        }
-        let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::ES256);
-        validation.validate_exp = false;
-        validation.validate_nbf = false;
-        validation.validate_aud = false;
-        validation.required_spec_claims.clear();
-        let claims =
-            match jsonwebtoken::decode::<Claims>(token, self.signer.decoding_key(), &validation) {
-                Ok(data) => data.claims,
-                Err(error) => return Err(rejected(error)),
-            };
+        let claims = claims.as_ref().clone();
         let now = now();
         if claims.iss == LEGACY_ISSUER {
             return self.verify_legacy(token, &claims).await.map(Some);
