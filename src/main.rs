@@ -3,9 +3,10 @@
 //! `server` (the Kubernetes API over a store), `kubeconfig` (print its admin kubeconfig),
 //! `controller-manager` (the controllers alone, through a kubeconfig),
 //! `etcd` (the etcd v3 gateway over a store), `version`, `storage check` (open a storage URL,
-//! apply migrations, print the store's status), `bench storage` (the storage workloads on
-//! each driver side by side with real etcd) and `bench api` (creates and lists through the
-//! Kubernetes API over HTTPS, an in-process apiserver per driver, side by side with etcd).
+//! apply migrations, print the store's status), and the benchmarks — `bench storage` (the
+//! storage workloads on each driver side by side with real etcd), `bench api`, `authz`,
+//! `admission`, `scheduler`, `kubelet`, `network`, `watch` and `controllers`, each printing its
+//! figures beside a reference measured in the same run or published upstream.
 
 mod agent;
 mod bench;
@@ -114,6 +115,10 @@ enum BenchCommand {
     /// holding the pods and with the watchers open, and write → event latency to every
     /// watcher, with the watch cache on and off.
     Watch(bench::watch::WatchBenchArgs),
+    /// The controller-manager's throughput: 1,000 Deployments × 10 replicas on nodes whose pods
+    /// hollow nodes mark Ready, per driver — time until all are available, pods created per
+    /// second beside upstream's 20 QPS, and the controller-manager's CPU and RSS.
+    Controllers(bench::controllers::ControllersBenchArgs),
 }
 
 /// The process's one signal handler: a token cancelled on SIGINT (ctrl-c) or SIGTERM, handed to
@@ -206,6 +211,9 @@ fn main() -> ExitCode {
             Command::Bench {
                 command: BenchCommand::Watch(args),
             } => bench::watch::run(args).await,
+            Command::Bench {
+                command: BenchCommand::Controllers(args),
+            } => bench::controllers::run(args).await,
         }
     });
     match result {

@@ -12,7 +12,6 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -22,12 +21,11 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
-use rudder_apiserver::server::{self, Config, Running};
-use rudder_storage::Storage;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::api::{admin_config, cleanup, concise, concurrently, storage_url, Backends};
+use super::api::{concise, concurrently, storage_url, Backends};
+use super::cluster::{self, Cluster};
 
 /// Upstream's pod startup SLO: p99 of creation → Running for stateless pods, image pulled.
 const UPSTREAM_SLO: Duration = Duration::from_secs(5);
@@ -83,70 +81,22 @@ pub struct KubeletBenchArgs {
 }
 
 /// An in-process apiserver on one store with the scheduler against it.
-struct Cluster {
-    running: Running,
-    store: Arc<dyn Storage>,
-    url: String,
-    dir: PathBuf,
-    admin: kube::Config,
-    stop: CancellationToken,
-}
-
 async fn start(url: String, dir: PathBuf) -> Result<Cluster> {
-    if dir.exists() {
-        let _ = cleanup(&url, &dir).await;
-    }
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let store = rudder_storage::open(&url)
-        .await
-        .context("opening the store")?;
-    let mut config = Config::new(dir.join("apiserver"));
-    config.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-    let stop = CancellationToken::new();
-    let running = server::start(config, store.clone(), stop.clone())
-        .await
-        .context("starting the apiserver")?;
-    let admin = admin_config(&running).await?;
-    let runner = crate::scheduler::runner(
-        &running.scheduler_kubeconfig,
-        rudder_scheduler::SchedulerConfiguration::default(),
-        false,
-    )
-    .await?;
-    tokio::spawn(runner.run(stop.child_token()));
-    Ok(Cluster {
-        running,
-        store,
-        url,
-        dir,
-        admin,
-        stop,
-    })
+    let cluster = cluster::start(url, dir).await?;
+    cluster.start_scheduler().await?;
+    Ok(cluster)
 }
 
-impl Cluster {
-    fn client(&self) -> Result<Client> {
-        Client::try_from(self.admin.clone()).context("a kube client")
-    }
-
-    async fn revision(&self) -> Result<i64> {
-        let reply = self
-            .store
-            .range(
-                rudder_storage::RangeRequest::new(rudder_storage::KeyRange::key(b"/".to_vec()))
-                    .count_only(),
-            )
-            .await?;
-        Ok(reply.revision)
-    }
-
-    async fn close(self) -> Result<()> {
-        self.stop.cancel();
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let stopped = self.running.stop().await.context("stopping the apiserver");
-        self.store.close().await;
-        stopped.and(cleanup(&self.url, &self.dir).await)
-    }
+/// The store's current revision.
+async fn revision(cluster: &Cluster) -> Result<i64> {
+    let reply = cluster
+        .store
+        .range(
+            rudder_storage::RangeRequest::new(rudder_storage::KeyRange::key(b"/".to_vec()))
+                .count_only(),
+        )
+        .await?;
+    Ok(reply.revision)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -455,9 +405,9 @@ async fn density(args: &KubeletBenchArgs, subject: &str) -> Result<Vec<String>> 
     // The heartbeats' write load: store revisions per second while nothing else happens.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let window = Duration::from_secs(20);
-    let before = cluster.revision().await?;
+    let before = revision(&cluster).await?;
     tokio::time::sleep(window).await;
-    let idle_writes = (cluster.revision().await? - before) as f64 / window.as_secs_f64();
+    let idle_writes = (revision(&cluster).await? - before) as f64 / window.as_secs_f64();
     let clients = (0..args.clients.max(1))
         .map(|_| cluster.client())
         .collect::<Result<Vec<_>>>()?;

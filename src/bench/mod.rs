@@ -5,14 +5,17 @@
 //! This file has the flags and the driver loop; `workloads` the traffic, `subjects` what is
 //! measured, `report` the figures and files, `charts` the pictures. `api` (with `api_report`)
 //! is `rudder bench api`, the same idea through the Kubernetes API over HTTPS; `authz`,
-//! `admission` and `scheduler` measure authorization, the API's extensions (custom resources,
-//! webhooks, policies) and the scheduler.
+//! `admission`, `scheduler`, `kubelet`, `network`, `watch` and `controllers` measure
+//! authorization, the API's extensions (custom resources, webhooks, policies), the scheduler,
+//! the node agent, service networking, many watchers and the controller-manager.
 
 pub mod admission;
 pub mod api;
 mod api_report;
 pub mod authz;
 mod charts;
+mod cluster;
+pub mod controllers;
 pub mod kubelet;
 pub mod network;
 mod report;

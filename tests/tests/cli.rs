@@ -155,3 +155,30 @@ fn the_etcd_gateway_listens_beyond_loopback_only_with_client_certificate_tls() {
     assert!(!half.status.success());
     assert!(String::from_utf8_lossy(&half.stderr).contains("give both"));
 }
+
+#[test]
+fn bench_controllers_brings_every_deployment_to_available_and_reports_it() {
+    // A small run of `rudder bench controllers` on SQLite: the apiserver, the scheduler, a
+    // `rudder controller-manager` child and the hollow nodes, end to end (no figure asserted:
+    // speed is for the benchmark itself to report).
+    let dir = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_rudder"))
+        .args(["bench", "controllers", "--subjects", "sqlite"])
+        .args(["--deployments", "3", "--replicas", "2", "--nodes", "2"])
+        .args(["--timeout-seconds", "120"])
+        .env("TMPDIR", dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let row = stdout
+        .lines()
+        .find(|line| line.contains("sqlite"))
+        .unwrap_or_else(|| panic!("no sqlite row in:\n{stdout}"));
+    assert!(row.contains("3/3"), "every Deployment available: {row}");
+    assert!(row.contains("6/6"), "every pod seen: {row}");
+    assert!(!row.contains("timed out"), "{row}");
+    // The driver's directory is gone after the run.
+    assert!(!dir.path().join("rudder-bench-controllers-sqlite").exists());
+}
