@@ -151,12 +151,18 @@ impl Sync<'_> {
     ) -> Result<Vec<Arc<ReplicaSet>>> {
         let mut owned = Vec::new();
         for set in self.context.sets.state() {
-            if set.namespace().as_deref() != Some(namespace) {
+            if set.metadata.namespace.as_deref() != Some(namespace) {
+                continue;
+            }
+            // Another controller's ReplicaSets are neither claimed nor released: skip them
+            // before matching the selector (with many Deployments in a namespace, nearly all).
+            let controller = controller_of(&set.metadata);
+            if controller.is_some_and(|owner| owner.uid != uid) {
                 continue;
             }
             let matches = selector.matches(set.labels());
-            match controller_of(&set.metadata) {
-                Some(owner) if owner.uid == uid => {
+            match controller {
+                Some(_) => {
                     if matches {
                         owned.push(set);
                     } else {

@@ -45,26 +45,27 @@ pub async fn reconcile(set: Arc<ReplicaSet>, context: Arc<Context>) -> Result<Ac
     let min_ready =
         Duration::from_secs(u64::try_from(spec.min_ready_seconds.unwrap_or(0)).unwrap_or(0));
     let pods = Api::<Pod>::namespaced(context.client.clone(), &namespace);
-    let in_namespace: Vec<Arc<Pod>> = context
+    // Claim: ours that match, orphans that match (adopted); release ours that stopped matching.
+    // Pods another controller owns are skipped before their labels are matched (with many
+    // ReplicaSets in a namespace, nearly all of them are).
+    let candidates: Vec<Arc<Pod>> = context
         .pods
         .state()
         .into_iter()
-        .filter(|pod| pod.namespace().as_deref() == Some(namespace.as_str()))
+        .filter(|pod| pod.metadata.namespace.as_deref() == Some(namespace.as_str()))
+        .filter(|pod| controller_of(&pod.metadata).is_none_or(|owner| owner.uid == uid))
         .collect();
-
-    // Claim: ours that match, orphans that match (adopted); release ours that stopped matching.
     let mut owned = Vec::new();
-    for pod in &in_namespace {
+    for pod in &candidates {
         let matches = selector.matches(pod.labels());
         match controller_of(&pod.metadata) {
-            Some(owner) if owner.uid == uid => {
+            Some(_) => {
                 if matches {
                     owned.push(pod.clone());
                 } else {
                     release(&pods, pod, &uid).await?;
                 }
             }
-            Some(_) => {}
             None if matches && pod.metadata.deletion_timestamp.is_none() => {
                 adopt(&pods, pod, set.as_ref()).await?;
                 owned.push(pod.clone());
@@ -74,14 +75,15 @@ pub async fn reconcile(set: Arc<ReplicaSet>, context: Arc<Context>) -> Result<Ac
     }
     let active: Vec<Arc<Pod>> = owned.iter().filter(|pod| is_active(pod)).cloned().collect();
 
+    // The pods this ReplicaSet created carry it as their controller: they are candidates.
     let exists = |uid: &str| {
-        in_namespace
+        candidates
             .iter()
-            .any(|pod| pod.uid().as_deref() == Some(uid))
+            .any(|pod| pod.metadata.uid.as_deref() == Some(uid))
     };
     let live = |uid: &str| {
-        in_namespace.iter().any(|pod| {
-            pod.uid().as_deref() == Some(uid) && pod.metadata.deletion_timestamp.is_none()
+        candidates.iter().any(|pod| {
+            pod.metadata.uid.as_deref() == Some(uid) && pod.metadata.deletion_timestamp.is_none()
         })
     };
     let mut failure = None;
