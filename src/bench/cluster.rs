@@ -1,6 +1,6 @@
 //! An in-process apiserver on a fresh store, with the scheduler against it when asked, for the
-//! benches that drive a whole control plane (`kubelet`, `controllers`): started over whatever
-//! an interrupted run left behind, and wiped when closed.
+//! benches that drive a whole control plane (`scheduler`, `kubelet`, `controllers`): started
+//! over whatever an interrupted run left behind, and wiped when closed.
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -27,13 +27,12 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{DeleteParams, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, ResourceExt};
-use rudder_apiserver::server::{self, Config, Running};
 use rudder_scheduler::{Metrics, Runner, SchedulerConfiguration};
-use rudder_storage::Storage;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::api::{admin_config, cleanup, concise, concurrently, storage_url, Backends};
+use super::api::{concise, concurrently, storage_url, Backends};
+use super::cluster;
 
 /// upstream's scheduler_perf CI floor for SchedulingBasic at 5,000 nodes (pods/s).
 const UPSTREAM_FLOOR: f64 = 680.0;
@@ -139,15 +138,10 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 /// A running apiserver with the scheduler against it.
 struct Cluster {
-    running: Running,
-    store: Arc<dyn Storage>,
-    url: String,
-    dir: std::path::PathBuf,
+    base: cluster::Cluster,
     clients: Vec<Client>,
-    scheduler_kubeconfig: std::path::PathBuf,
     /// The running scheduler's metrics and its stop.
     scheduler: Option<(Arc<Metrics>, CancellationToken)>,
-    stop: CancellationToken,
 }
 
 async fn start(subject: &str, args: &SchedulerBenchArgs, tag: &str) -> Result<Cluster> {
@@ -157,33 +151,14 @@ async fn start(subject: &str, args: &SchedulerBenchArgs, tag: &str) -> Result<Cl
         etcd_endpoint: &args.etcd_endpoint,
     };
     let url = storage_url(subject, &backends, &tag.replace('-', "_"), &dir)?;
-    // What an interrupted run left behind goes first.
-    if dir.exists() {
-        let _ = cleanup(&url, &dir).await;
-    }
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let store = rudder_storage::open(&url)
-        .await
-        .context("opening the store")?;
-    let mut config = Config::new(dir.join("apiserver"));
-    config.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-    let stop = CancellationToken::new();
-    let running = server::start(config, store.clone(), stop.clone())
-        .await
-        .context("starting the apiserver")?;
-    let admin = admin_config(&running).await?;
+    let base = cluster::start(url, dir).await?;
     let clients = (0..args.clients.max(1))
-        .map(|_| Client::try_from(admin.clone()).context("a kube client"))
+        .map(|_| base.client())
         .collect::<Result<Vec<_>>>()?;
     Ok(Cluster {
-        scheduler_kubeconfig: running.scheduler_kubeconfig.clone(),
-        running,
-        store,
-        url,
-        dir,
+        base,
         clients,
         scheduler: None,
-        stop,
     })
 }
 
@@ -191,7 +166,7 @@ impl Cluster {
     /// Starts a scheduler (as `system:kube-scheduler`, no leader election); its metrics.
     async fn start_scheduler(&mut self) -> Result<Arc<Metrics>> {
         let runner = Runner::new(rudder_scheduler::Config {
-            client: crate::serve::client_for(&self.scheduler_kubeconfig).await?,
+            client: crate::serve::client_for(&self.base.running.scheduler_kubeconfig).await?,
             identity: "bench".into(),
             configuration: SchedulerConfiguration::default(),
             leader_election: false,
@@ -212,13 +187,10 @@ impl Cluster {
 
     async fn close(mut self) -> Result<()> {
         self.stop_scheduler().await;
-        self.stop.cancel();
         // The server's graceful stop waits for connections: let the clients' go first.
         drop(self.clients);
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let stopped = self.running.stop().await.context("stopping the apiserver");
-        self.store.close().await;
-        stopped.and(cleanup(&self.url, &self.dir).await)
+        self.base.close().await
     }
 }
 
@@ -385,7 +357,7 @@ async fn run_workload(
             .create(&PostParams::default(), &class)
             .await
             .map_err(concise)?;
-        finish_terminating(cluster.clients[0].clone(), cluster.stop.child_token());
+        finish_terminating(cluster.clients[0].clone(), cluster.base.stop.child_token());
     }
     let metrics = cluster.start_scheduler().await?;
     create_pods(cluster, shape, "init", init, true)
