@@ -195,7 +195,11 @@ pub fn claim_step(
 pub enum VolumeStep {
     /// Its phase should be this.
     Phase(&'static str),
-    /// Bound by us to a claim that is bound elsewhere: free it.
+    /// Its claim is not bound yet: the binder is between its two writes (or a user pre-bound
+    /// the volume). Nothing changes here; the claim's sync finishes the binding.
+    AwaitClaim,
+    /// Bound to a claim that is bound elsewhere: free it (a user's pre-binding keeps the
+    /// claim's name, without its uid).
     Unbind,
     /// Its claim is gone; reclaim it by its policy.
     Reclaim(Reclaim),
@@ -238,19 +242,27 @@ pub fn volume_step(volume: &PersistentVolume, claim: Option<&PersistentVolumeCla
         );
     };
     match claim_volume(claim) {
-        // The binder is between the volume's write and the claim's.
-        None => VolumeStep::Phase("Available"),
+        None => VolumeStep::AwaitClaim,
         Some(name) if Some(name) == volume.metadata.name.as_deref() => VolumeStep::Phase("Bound"),
-        Some(_) => {
-            let ours =
-                volumes::annotation(&volume.metadata.annotations, BOUND_BY_CONTROLLER).is_some();
-            if ours {
-                VolumeStep::Unbind
-            } else {
-                VolumeStep::Phase("Available")
-            }
+        Some(_) => VolumeStep::Unbind,
+    }
+}
+
+/// `volume` freed from a claim that is bound elsewhere: a binding we made goes entirely, a
+/// user's pre-binding keeps the claim's name so that it can bind again once that claim is free.
+pub fn unbound(volume: &PersistentVolume) -> PersistentVolume {
+    let mut volume = volume.clone();
+    let ours = volumes::annotation(&volume.metadata.annotations, BOUND_BY_CONTROLLER).is_some();
+    if let Some(spec) = volume.spec.as_mut() {
+        if ours {
+            spec.claim_ref = None;
+        } else if let Some(reference) = spec.claim_ref.as_mut() {
+            reference.uid = None;
+            reference.resource_version = None;
         }
     }
+    volume.annotations_mut().remove(BOUND_BY_CONTROLLER);
+    volume
 }
 
 /// Writes `phase` (and `message`) to a volume's status unless it has it.
@@ -371,13 +383,9 @@ pub async fn bind(
     set_claim_phase(client, &claim, "Bound", Some(&volume)).await
 }
 
-/// Frees a volume we bound to a claim that went elsewhere.
+/// Frees a volume from a claim that went elsewhere ([`unbound`]) and makes it Available.
 pub async fn unbind(client: &Client, volume: &PersistentVolume) -> Result<()> {
-    let mut volume = volume.clone();
-    if let Some(spec) = volume.spec.as_mut() {
-        spec.claim_ref = None;
-    }
-    volume.annotations_mut().remove(BOUND_BY_CONTROLLER);
+    let volume = unbound(volume);
     let volume = Api::<PersistentVolume>::all(client.clone())
         .replace(&volume.name_any(), &PostParams::default(), &volume)
         .await?;

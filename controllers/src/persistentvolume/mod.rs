@@ -252,6 +252,9 @@ pub async fn sync_volume(volume: Arc<PersistentVolume>, context: Arc<Context>) -
     let client = &context.client;
     match binder::volume_step(&volume, claim.as_deref()) {
         VolumeStep::Phase(phase) => binder::set_volume_phase(client, &volume, phase, None).await?,
+        // This change of the volume woke the claim loop too (it maps a volume to the claim it
+        // names), which finishes the binding.
+        VolumeStep::AwaitClaim => {}
         VolumeStep::Unbind => binder::unbind(client, &volume).await?,
         VolumeStep::Reclaim(reclaim) => {
             let phase = volume.status.as_ref().and_then(|s| s.phase.as_deref());

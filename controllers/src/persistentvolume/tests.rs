@@ -253,9 +253,11 @@ fn volumes_follow_their_claims() {
         volume_step(&retained, Some(&bound_claim)),
         VolumeStep::Phase("Bound")
     );
+    // The binder is between its write of the volume and its write of the claim: the volume's
+    // phase is left alone (it was briefly set back to Available, which a reader could see).
     assert_eq!(
         volume_step(&retained, Some(&claim(json!({})))),
-        VolumeStep::Phase("Available")
+        VolumeStep::AwaitClaim
     );
     assert_eq!(
         volume_step(&retained, None),
@@ -273,17 +275,15 @@ fn volumes_follow_their_claims() {
         volume_step(&recycled, None),
         VolumeStep::Reclaim(Reclaim::Unsupported(_))
     ));
-    // Ours, but the claim went to another volume: freed. A user's pre-binding stays.
+    // Ours, but the claim went to another volume: freed.
     let mut ours = bound_ref;
     ours["metadata"] = json!({"annotations": {"pv.kubernetes.io/bound-by-controller": "yes"}});
     assert_eq!(
         volume_step(&volume("v", ours), Some(&elsewhere)),
         VolumeStep::Unbind
     );
-    assert_eq!(
-        volume_step(&retained, Some(&elsewhere)),
-        VolumeStep::Phase("Available")
-    );
+    // A user's pre-binding to a claim that went elsewhere keeps the claim's name, not its uid.
+    assert_eq!(volume_step(&retained, Some(&elsewhere)), VolumeStep::Unbind);
 }
 
 #[test]
