@@ -1,8 +1,8 @@
 //! rudder-scheduler: assigns pods to nodes.
 //!
 //! A client of the apiserver through kube-rs, never of storage: shared informers on pods,
-//! nodes, namespaces, PodDisruptionBudgets and claims, volumes and StorageClasses
-//! ([`volumes`]) feed a [`cache`] (with assumed pods) and a
+//! nodes, namespaces, PodDisruptionBudgets, claims, volumes and StorageClasses
+//! ([`volumes`]) and Services and controllers ([`workloads`]) feed a [`cache`] (with assumed pods) and a
 //! [`queue`] (active, backoff, unschedulable); one loop runs upstream's [`framework`] of
 //! filter and score [`plugins`] per pod ([`schedule`]), preempts lower-priority pods when
 //! nothing fits ([`preemption`]), and binds through `pods/binding` ([`cluster`]). Profiles,
@@ -25,13 +25,17 @@ pub mod scheduler;
 #[cfg(test)]
 mod tests;
 pub mod volumes;
+pub mod workloads;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::ObjectRef;
@@ -153,12 +157,22 @@ async fn schedule(config: Config, metrics: Arc<Metrics>, shutdown: CancellationT
         config.client.clone(),
         &config.identity,
     ));
+    let workloads = Arc::new(workloads::StoreWorkloads {
+        services: informers.get::<Service>().store,
+        replication_controllers: informers.get::<ReplicationController>().store,
+        replica_sets: informers.get::<ReplicaSet>().store,
+        stateful_sets: informers.get::<StatefulSet>().store,
+    });
+    let listers = scheduler::Listers {
+        namespace_labels,
+        budgets: list_budgets,
+        volumes,
+        workloads,
+    };
     let scheduler = Scheduler::new(
         profiles,
         cluster,
-        namespace_labels,
-        list_budgets,
-        volumes,
+        listers,
         queue::Timings::default(),
         metrics,
         tokio::runtime::Handle::current(),
@@ -211,15 +225,14 @@ async fn schedule(config: Config, metrics: Arc<Metrics>, shutdown: CancellationT
     let stop = Arc::new(AtomicBool::new(false));
     let looping = {
         let (scheduler, stop, token) = (scheduler.clone(), stop.clone(), shutdown.clone());
+        let informers = &informers;
         // A pop that waits is woken by close(), so the thread notices `stop` at once.
         async move {
+            // Every informer's first list first (upstream's WaitForCacheSync): a pod placed
+            // before the Services were listed would miss its default spreading.
             tokio::select! {
                 _ = token.cancelled() => return,
-                ready = futures::future::try_join(pod_store.wait_until_ready(), node_store.wait_until_ready()) => {
-                    if ready.is_err() {
-                        return;
-                    }
-                }
+                _ = informers.synced() => {}
             }
             let (initial_pods, initial_nodes) = (pod_store.state().len(), node_store.state().len());
             while pods_seen.load(Ordering::Relaxed) < initial_pods

@@ -19,9 +19,32 @@ use crate::preemption::{self, Outcome};
 use crate::queue::{Queued, SchedulingQueue, Timings};
 use crate::schedule::Algorithm;
 use crate::volumes::Volumes;
+use crate::workloads::{ListedWorkloads, Workloads};
 
 /// Lists the PodDisruptionBudgets (preemption spares pods they protect).
 pub type BudgetLister = dyn Fn() -> Vec<Arc<PodDisruptionBudget>> + Send + Sync;
+
+/// What the plugins read of the cluster besides pods and nodes.
+pub struct Listers {
+    pub namespace_labels: Arc<NamespaceLabels>,
+    pub budgets: Arc<BudgetLister>,
+    /// Claims, volumes and classes, with VolumeBinding's promises.
+    pub volumes: Arc<Volumes>,
+    /// Services and controllers, for PodTopologySpread's default constraints.
+    pub workloads: Arc<dyn Workloads>,
+}
+
+impl Default for Listers {
+    /// Nothing listed: namespaces without labels, no budgets, volumes or workloads.
+    fn default() -> Self {
+        Self {
+            namespace_labels: Arc::new(|_: &str| std::collections::BTreeMap::new()),
+            budgets: Arc::new(Vec::new),
+            volumes: Arc::default(),
+            workloads: Arc::new(ListedWorkloads::default()),
+        }
+    }
+}
 
 /// The scheduler's state, shared by the informer handlers, the loop and binding tasks.
 pub struct Scheduler {
@@ -29,15 +52,12 @@ pub struct Scheduler {
     cache: Mutex<Cache>,
     queue: SchedulingQueue,
     cluster: Arc<dyn Cluster>,
-    namespace_labels: Arc<NamespaceLabels>,
-    budgets: Arc<BudgetLister>,
+    listers: Listers,
     pub metrics: Arc<Metrics>,
     runtime: tokio::runtime::Handle,
     /// Bounds the API writes in flight (bindings, conditions, evictions): the scheduler may
     /// run ahead of the apiserver, but never with thousands of connections at once.
     writes: Arc<tokio::sync::Semaphore>,
-    /// Claims, volumes and classes, with VolumeBinding's promises.
-    volumes: Arc<Volumes>,
 }
 
 /// How long a binding cycle waits for its pod's claims to be bound (upstream's
@@ -58,13 +78,10 @@ pub struct Turn {
 pub const ASSUMED_POD_TTL: Duration = Duration::from_secs(30);
 
 impl Scheduler {
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         profiles: Vec<Profile>,
         cluster: Arc<dyn Cluster>,
-        namespace_labels: Arc<NamespaceLabels>,
-        budgets: Arc<BudgetLister>,
-        volumes: Arc<Volumes>,
+        listers: Listers,
         timings: Timings,
         metrics: Arc<Metrics>,
         runtime: tokio::runtime::Handle,
@@ -77,12 +94,10 @@ impl Scheduler {
             cache: Mutex::new(Cache::new(ASSUMED_POD_TTL)),
             queue: SchedulingQueue::new(timings),
             cluster,
-            namespace_labels,
-            budgets,
+            listers,
             metrics,
             runtime,
             writes: Arc::new(tokio::sync::Semaphore::new(MAX_WRITES_IN_FLIGHT)),
-            volumes,
         })
     }
 
@@ -231,13 +246,15 @@ impl Scheduler {
             return;
         };
         self.cache().update_snapshot(snapshot);
-        let labels = self.namespace_labels.clone();
-        let volumes = self.volumes.clone();
+        let labels = self.listers.namespace_labels.clone();
+        let volumes = self.listers.volumes.clone();
+        let workloads = self.listers.workloads.clone();
         let ctx = Ctx {
             pod: &pod,
             snapshot,
             namespace_labels: labels.as_ref(),
             volumes: volumes.as_ref(),
+            workloads: workloads.as_ref(),
         };
         let mut state = CycleState::default();
         match algorithm.schedule(&profile, &mut state, &ctx) {
@@ -277,7 +294,7 @@ impl Scheduler {
             Err(mut diagnosis) => {
                 let mut nominated = None;
                 if profile.has_post_filter() && diagnosis.total_nodes > 0 {
-                    let budgets = (self.budgets)();
+                    let budgets = (self.listers.budgets)();
                     let offset = rand::random_range(0..snapshot.nodes.len().max(1));
                     match preemption::preempt(&profile, &state, &ctx, &diagnosis, &budgets, offset)
                     {
@@ -367,7 +384,8 @@ impl Scheduler {
         let deadline = Instant::now() + VOLUME_BIND_TIMEOUT;
         loop {
             let bound = waits.iter().all(|(namespace, claim)| {
-                self.volumes
+                self.listers
+                    .volumes
                     .lister
                     .claim(namespace, claim)
                     .is_some_and(|c| rudder_facts::volumes::claim_volume(&c).is_some())
@@ -416,7 +434,7 @@ impl Scheduler {
                     gone: error.gone,
                 }),
             };
-            this.volumes.forget(&claims);
+            this.listers.volumes.forget(&claims);
             let binding_micros = writing.elapsed().as_micros() as u64;
             let pod = queued.info.clone();
             match result {

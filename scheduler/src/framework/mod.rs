@@ -182,6 +182,8 @@ pub struct Ctx<'a> {
     pub namespace_labels: &'a NamespaceLabels,
     /// Claims, volumes and classes (VolumeBinding).
     pub volumes: &'a crate::volumes::Volumes,
+    /// Services and controllers (PodTopologySpread's default constraints).
+    pub workloads: &'a dyn crate::workloads::Workloads,
 }
 
 /// A write the binding cycle makes before binding the pod (PreBind), as a Reserve plugin

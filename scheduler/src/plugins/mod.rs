@@ -78,7 +78,10 @@ fn build(name: &str, args: &Value, profile: &str) -> Result<Arc<dyn Plugin>, Con
             }
             Arc::new(plugin)
         }
-        "PodTopologySpread" => Arc::new(topology_spread::PodTopologySpread),
+        "PodTopologySpread" => Arc::new(topology_spread::PodTopologySpread {
+            args: topology_spread::SpreadArgs::parse(args)
+                .map_err(|m| args_error(profile, name, m))?,
+        }),
         "InterPodAffinity" => {
             let weight = args["hardPodAffinityWeight"].as_i64().unwrap_or(1);
             if !(0..=100).contains(&weight) {

@@ -8,12 +8,20 @@
 //! `minDomains` domains, the least is taken as 0). `ScheduleAnyway` constraints score:
 //! fewer matching pods in the node's domain is better, each constraint weighted by the
 //! log of its number of domains.
+//!
+//! A pod that names no constraints of its own gets the profile's default constraints
+//! (`PodTopologySpreadArgs`), with the selector upstream deduces from the Services and the
+//! controller that select it ([`crate::workloads::default_selector`]); none when nothing
+//! selects it. By default (`defaultingType: System`) those are upstream's built-in two,
+//! both `ScheduleAnyway`: by hostname with maxSkew 3 and by zone with maxSkew 5 — and a node
+//! without a zone label still takes part in the hostname spreading.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 use kube::core::{Selector, SelectorExt};
+use serde_json::Value;
 
 use crate::framework::{
     ClusterEvent, Ctx, CycleState, Plugin, Point, Status, MAX_NODE_SCORE, POD_AND_NODE_EVENTS,
@@ -30,6 +38,99 @@ struct Constraint {
     selector: Option<Selector>,
     honor_affinity: bool,
     honor_taints: bool,
+}
+
+/// Upstream's built-in default constraints (`defaultingType: System`).
+pub fn system_default_constraints() -> Vec<TopologySpreadConstraint> {
+    [
+        ("kubernetes.io/hostname", 3),
+        ("topology.kubernetes.io/zone", 5),
+    ]
+    .into_iter()
+    .map(|(key, max_skew)| TopologySpreadConstraint {
+        max_skew,
+        topology_key: key.into(),
+        when_unsatisfiable: "ScheduleAnyway".into(),
+        ..TopologySpreadConstraint::default()
+    })
+    .collect()
+}
+
+/// The plugin's arguments (`PodTopologySpreadArgs`).
+#[derive(Clone, Debug)]
+pub struct SpreadArgs {
+    /// For pods that name no constraints of their own (their selector is deduced per pod).
+    pub default_constraints: Vec<TopologySpreadConstraint>,
+    /// The defaults are upstream's built-in ones (`defaultingType: System`).
+    pub system_defaulted: bool,
+}
+
+impl Default for SpreadArgs {
+    fn default() -> Self {
+        Self {
+            default_constraints: system_default_constraints(),
+            system_defaulted: true,
+        }
+    }
+}
+
+impl SpreadArgs {
+    /// Reads and checks the arguments as upstream validates them.
+    pub fn parse(args: &Value) -> Result<Self, String> {
+        let given: Vec<TopologySpreadConstraint> = match &args["defaultConstraints"] {
+            Value::Null => Vec::new(),
+            list => serde_json::from_value(list.clone())
+                .map_err(|e| format!("defaultConstraints: {e}"))?,
+        };
+        match args["defaultingType"].as_str().unwrap_or("System") {
+            "System" if given.is_empty() => Ok(Self::default()),
+            "System" => {
+                Err("when .defaultingType is \"System\", .defaultConstraints must be empty".into())
+            }
+            "List" => {
+                let mut seen = HashSet::new();
+                for (i, c) in given.iter().enumerate() {
+                    let at = format!("defaultConstraints[{i}]");
+                    if c.max_skew <= 0 {
+                        return Err(format!(
+                            "{at}.maxSkew: {} must be greater than zero",
+                            c.max_skew
+                        ));
+                    }
+                    if c.topology_key.is_empty() {
+                        return Err(format!("{at}.topologyKey: required"));
+                    }
+                    if !matches!(
+                        c.when_unsatisfiable.as_str(),
+                        "DoNotSchedule" | "ScheduleAnyway"
+                    ) {
+                        return Err(format!(
+                            "{at}.whenUnsatisfiable: {:?} is not DoNotSchedule or ScheduleAnyway",
+                            c.when_unsatisfiable
+                        ));
+                    }
+                    if c.label_selector.is_some() {
+                        return Err(format!(
+                            "{at}.labelSelector: must not be set, the selector is deduced for each pod"
+                        ));
+                    }
+                    if !seen.insert((c.topology_key.clone(), c.when_unsatisfiable.clone())) {
+                        return Err(format!(
+                            "{at}: a second constraint for topologyKey {:?} and whenUnsatisfiable {:?}",
+                            c.topology_key, c.when_unsatisfiable
+                        ));
+                    }
+                }
+                Ok(Self {
+                    default_constraints: given,
+                    system_defaulted: false,
+                })
+            }
+            other => Err(format!(
+                "defaultingType: {other:?} is not \"System\" or \"List\""
+            )),
+        }
+    }
 }
 
 impl Constraint {
@@ -67,23 +168,63 @@ impl Constraint {
     }
 }
 
-fn constraints(pod: &PodInfo, hard: bool) -> Vec<Constraint> {
+/// Whether `pod` names spread constraints of its own.
+fn own_constraints(pod: &PodInfo) -> bool {
     pod.pod
         .spec
         .as_ref()
-        .and_then(|s| s.topology_spread_constraints.as_deref())
-        .unwrap_or_default()
+        .and_then(|s| s.topology_spread_constraints.as_ref())
+        .is_some_and(|c| !c.is_empty())
+}
+
+/// The pod's `DoNotSchedule` (`hard`) or `ScheduleAnyway` constraints: its own, or else the
+/// defaults with the selector deduced for it.
+fn constraints(args: &SpreadArgs, ctx: &Ctx, hard: bool) -> Vec<Constraint> {
+    let pod = ctx.pod;
+    if own_constraints(pod) {
+        return pod
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.topology_spread_constraints.as_deref())
+            .unwrap_or_default()
+            .iter()
+            .map(|c| Constraint::compile(c, pod))
+            .filter(|c| c.hard == hard)
+            .collect();
+    }
+    let defaults: Vec<Constraint> = args
+        .default_constraints
         .iter()
         .map(|c| Constraint::compile(c, pod))
         .filter(|c| c.hard == hard)
+        .collect();
+    if defaults.is_empty() {
+        return defaults;
+    }
+    let Some(selector) = crate::workloads::default_selector(&pod.pod, ctx.workloads) else {
+        return Vec::new();
+    };
+    defaults
+        .into_iter()
+        .map(|c| Constraint {
+            selector: Some(selector.clone()),
+            ..c
+        })
         .collect()
 }
 
 /// Whether `node` takes part in spreading `pod` under `constraints`.
 fn node_counts(constraints: &[Constraint], pod: &PodInfo, node: &NodeInfo) -> bool {
-    if !constraints.iter().all(|c| node.labels.contains_key(&c.key)) {
-        return false;
-    }
+    node_has_keys(constraints, node) && node_included(constraints, pod, node)
+}
+
+fn node_has_keys(constraints: &[Constraint], node: &NodeInfo) -> bool {
+    constraints.iter().all(|c| node.labels.contains_key(&c.key))
+}
+
+/// The node inclusion policies (`nodeAffinityPolicy`, `nodeTaintsPolicy`).
+fn node_included(constraints: &[Constraint], pod: &PodInfo, node: &NodeInfo) -> bool {
     let spec = pod.pod.spec.as_ref();
     if constraints.iter().any(|c| c.honor_affinity)
         && !spec.is_none_or(|s| rudder_facts::nodes::node_matches(s, &node.node))
@@ -108,7 +249,10 @@ struct FilterState {
     counts: Vec<HashMap<String, i64>>,
 }
 
-pub struct PodTopologySpread;
+#[derive(Default)]
+pub struct PodTopologySpread {
+    pub args: SpreadArgs,
+}
 
 impl PodTopologySpread {
     fn update(
@@ -152,7 +296,7 @@ impl Plugin for PodTopologySpread {
     }
 
     fn pre_filter(&self, state: &mut CycleState, ctx: &Ctx) -> Status {
-        let constraints = constraints(ctx.pod, true);
+        let constraints = constraints(&self.args, ctx, true);
         if constraints.is_empty() {
             return Status::skip();
         }
@@ -220,19 +364,24 @@ impl Plugin for PodTopologySpread {
     }
 
     fn pre_score(&self, state: &mut CycleState, ctx: &Ctx, feasible: &[Arc<NodeInfo>]) -> Status {
-        let constraints = constraints(ctx.pod, false);
+        let constraints = constraints(&self.args, ctx, false);
         if constraints.is_empty() {
             return Status::skip();
         }
+        // Upstream's built-in defaults do not need every key on a node: one without a zone
+        // label still spreads by hostname.
+        let require_all = own_constraints(ctx.pod) || !self.args.system_defaulted;
         let mut domains: Vec<HashSet<&String>> = vec![HashSet::new(); constraints.len()];
         let mut ignored = HashSet::new();
         for node in feasible {
-            if !constraints.iter().all(|c| node.labels.contains_key(&c.key)) {
+            if require_all && !node_has_keys(&constraints, node) {
                 ignored.insert(node.name.clone());
                 continue;
             }
             for (c, seen) in constraints.iter().zip(domains.iter_mut()) {
-                seen.insert(&node.labels[&c.key]);
+                if let Some(value) = node.labels.get(&c.key) {
+                    seen.insert(value);
+                }
             }
         }
         let weights: Vec<f64> = domains
@@ -241,11 +390,15 @@ impl Plugin for PodTopologySpread {
             .collect();
         let mut counts = vec![BTreeMap::<String, i64>::new(); constraints.len()];
         for node in &ctx.snapshot.nodes {
-            if !node_counts(&constraints, ctx.pod, node) {
+            if (require_all && !node_has_keys(&constraints, node))
+                || !node_included(&constraints, ctx.pod, node)
+            {
                 continue;
             }
             for (i, c) in constraints.iter().enumerate() {
-                let value = &node.labels[&c.key];
+                let Some(value) = node.labels.get(&c.key) else {
+                    continue;
+                };
                 if !domains[i].contains(value) {
                     continue;
                 }
@@ -319,4 +472,82 @@ struct ScoreState {
     weights: Vec<f64>,
     counts: Vec<BTreeMap<String, i64>>,
     ignored: HashSet<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn system_defaulting_is_upstreams_two_soft_constraints() {
+        for args in [json!(null), json!({}), json!({"defaultingType": "System"})] {
+            let parsed = SpreadArgs::parse(&args).expect("valid");
+            assert!(parsed.system_defaulted);
+            let keys: Vec<_> = parsed
+                .default_constraints
+                .iter()
+                .map(|c| {
+                    (
+                        c.topology_key.as_str(),
+                        c.max_skew,
+                        c.when_unsatisfiable.as_str(),
+                    )
+                })
+                .collect();
+            assert_eq!(
+                keys,
+                [
+                    ("kubernetes.io/hostname", 3, "ScheduleAnyway"),
+                    ("topology.kubernetes.io/zone", 5, "ScheduleAnyway")
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn listed_defaults_are_checked_as_upstream_checks_them() {
+        let zone = json!({"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule"});
+        let listed = SpreadArgs::parse(&json!({"defaultingType": "List",
+            "defaultConstraints": [zone.clone()]}))
+        .expect("valid");
+        assert!(!listed.system_defaulted);
+        assert_eq!(listed.default_constraints.len(), 1);
+        // An empty list turns default spreading off.
+        let none = SpreadArgs::parse(&json!({"defaultingType": "List"})).expect("valid");
+        assert!(none.default_constraints.is_empty());
+
+        let refused = |args: serde_json::Value, needle: &str| {
+            let error = SpreadArgs::parse(&args).expect_err("refused");
+            assert!(error.contains(needle), "{error}");
+        };
+        refused(
+            json!({"defaultConstraints": [zone.clone()]}),
+            ".defaultConstraints must be empty",
+        );
+        let mut selected = zone.clone();
+        selected["labelSelector"] = json!({"matchLabels": {"app": "web"}});
+        refused(
+            json!({"defaultingType": "List", "defaultConstraints": [selected]}),
+            "labelSelector",
+        );
+        let mut skewless = zone.clone();
+        skewless["maxSkew"] = json!(0);
+        refused(
+            json!({"defaultingType": "List", "defaultConstraints": [skewless]}),
+            "maxSkew",
+        );
+        let mut whenever = zone.clone();
+        whenever["whenUnsatisfiable"] = json!("Sometimes");
+        refused(
+            json!({"defaultingType": "List", "defaultConstraints": [whenever]}),
+            "whenUnsatisfiable",
+        );
+        refused(
+            json!({"defaultingType": "List", "defaultConstraints": [zone.clone(), zone]}),
+            "a second constraint",
+        );
+        refused(json!({"defaultingType": "Custom"}), "defaultingType");
+    }
 }

@@ -15,7 +15,8 @@ use serde_json::{json, Value};
 use crate::cluster::{FakeCluster, Write};
 use crate::config::SchedulerConfiguration;
 use crate::queue::Timings;
-use crate::scheduler::{Scheduler, Turn};
+use crate::scheduler::{Listers, Scheduler, Turn};
+use crate::workloads::ListedWorkloads;
 
 /// A scheduler over a fake cluster, and the pods it was given (to confirm bindings).
 pub struct Harness {
@@ -23,6 +24,8 @@ pub struct Harness {
     pub fake: Arc<FakeCluster>,
     pods: BTreeMap<String, Pod>,
     budgets: Arc<std::sync::Mutex<Vec<Arc<PodDisruptionBudget>>>>,
+    /// Services and controllers PodTopologySpread's default constraints see.
+    pub workloads: Arc<ListedWorkloads>,
     turn: Turn,
     confirmed: usize,
 }
@@ -40,12 +43,15 @@ impl Harness {
         let fake = Arc::new(FakeCluster::default());
         let budgets: Arc<std::sync::Mutex<Vec<Arc<PodDisruptionBudget>>>> = Arc::default();
         let listed = budgets.clone();
+        let workloads = Arc::new(ListedWorkloads::default());
         let scheduler = Scheduler::new(
             profiles,
             fake.clone(),
-            Arc::new(|_: &str| BTreeMap::new()),
-            Arc::new(move || listed.lock().expect("budgets").clone()),
-            Arc::default(),
+            Listers {
+                budgets: Arc::new(move || listed.lock().expect("budgets").clone()),
+                workloads: workloads.clone(),
+                ..Listers::default()
+            },
             Timings {
                 initial_backoff: Duration::from_millis(1),
                 max_backoff: Duration::from_millis(1),
@@ -59,6 +65,7 @@ impl Harness {
             fake,
             pods: BTreeMap::new(),
             budgets,
+            workloads,
             turn: Turn::default(),
             confirmed: 0,
         }

@@ -221,6 +221,121 @@ async fn topology_spread_refuses_nodes_without_the_key() {
     );
 }
 
+/// A pod of the ReplicaSet `web-1` (selector `app=web`), which the harness's listers know.
+fn replica(h: &mut Harness, name: &str) -> serde_json::Value {
+    let rs: k8s_openapi::api::apps::v1::ReplicaSet = serde_json::from_value(json!({
+        "metadata": {"name": "web-1", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}}}))
+    .expect("replica set");
+    let mut listed = h.workloads.replica_sets.lock().expect("lock");
+    if listed.is_empty() {
+        listed.push(std::sync::Arc::new(rs));
+    }
+    let mut p = pod(name, "500m", json!({"app": "web"}), json!({}));
+    p["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "name": "web-1", "uid": "rs-uid", "controller": true}]);
+    p
+}
+
+const PACKING: &str = r#"
+profiles:
+- schedulerName: default-scheduler
+  pluginConfig:
+  - {name: NodeResourcesFit, args: {scoringStrategy: {type: MostAllocated}}}
+  plugins:
+    score:
+      disabled: [{name: NodeResourcesBalancedAllocation}]
+"#;
+
+#[tokio::test]
+async fn system_default_spreading_keeps_a_replica_sets_pods_apart_on_unzoned_nodes() {
+    // Packing would put them all on one node (as pods nothing selects still are); the
+    // built-in hostname constraint outweighs it, though no node has a zone label.
+    let mut h = Harness::with_config(PACKING);
+    for name in ["a", "b", "c"] {
+        h.node(node(name, "4", json!({}), json!([])));
+    }
+    for i in 0..6 {
+        let p = replica(&mut h, &format!("web-{i}"));
+        h.pod(p);
+    }
+    h.settle().await;
+    assert_eq!(
+        h.per_node().values().copied().collect::<Vec<_>>(),
+        [2, 2, 2],
+        "{:?}",
+        h.placements()
+    );
+
+    let mut unselected = Harness::with_config(PACKING);
+    for name in ["a", "b", "c"] {
+        unselected.node(node(name, "4", json!({}), json!([])));
+    }
+    for i in 0..6 {
+        unselected.pod(pod(
+            &format!("p{i}"),
+            "500m",
+            json!({"app": "web"}),
+            json!({}),
+        ));
+    }
+    unselected.settle().await;
+    assert_eq!(
+        unselected.per_node().len(),
+        1,
+        "{:?}",
+        unselected.per_node()
+    );
+}
+
+#[tokio::test]
+async fn listed_default_constraints_apply_to_pods_without_their_own() {
+    let mut h = Harness::with_config(
+        r#"
+profiles:
+- schedulerName: default-scheduler
+  pluginConfig:
+  - name: PodTopologySpread
+    args:
+      defaultingType: List
+      defaultConstraints:
+      - {maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule}
+"#,
+    );
+    zoned(&mut h);
+    for i in 0..6 {
+        let p = replica(&mut h, &format!("web-{i}"));
+        h.pod(p);
+    }
+    // A pod with constraints of its own is held to those, not to the defaults.
+    h.pod(pod(
+        "own",
+        "100m",
+        json!({"app": "web"}),
+        json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "rack",
+            "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}]}),
+    ));
+    h.settle().await;
+    let mut zones = std::collections::BTreeMap::new();
+    for (pod, node) in h.placements() {
+        if pod.starts_with("web-") {
+            *zones.entry(node[..1].to_string()).or_insert(0) += 1;
+        }
+    }
+    assert_eq!(
+        zones.values().copied().collect::<Vec<_>>(),
+        [2, 2, 2],
+        "{:?}",
+        h.placements()
+    );
+    assert!(
+        h.failure("own")
+            .is_some_and(|m| m.contains("missing required label")),
+        "{:?}",
+        h.failure("own")
+    );
+}
+
 #[tokio::test]
 async fn required_anti_affinity_keeps_replicas_apart_and_leaves_the_extra_pending() {
     let mut h = Harness::new();

@@ -83,6 +83,7 @@ impl World {
             snapshot: &snapshot,
             namespace_labels: &labels,
             volumes: &self.volumes,
+            workloads: &crate::workloads::ListedWorkloads::default(),
         };
         let mut state = CycleState::default();
         let pre = VolumeBinding.pre_filter(&mut state, &ctx);
