@@ -57,13 +57,16 @@ items:
     storageClassName: manual
     persistentVolumeReclaimPolicy: Delete
     hostPath: {path: /tmp/rudder-volumes-test/large}
-- apiVersion: v1
-  kind: PersistentVolumeClaim
-  metadata: {name: first}
-  spec:
-    accessModes: [ReadWriteOnce]
-    storageClassName: manual
-    resources: {requests: {storage: 500Mi}}
+"#;
+
+const FIRST_CLAIM: &str = r#"
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: first}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: manual
+  resources: {requests: {storage: 500Mi}}
 "#;
 
 const SECOND_CLAIM: &str = r#"
@@ -159,7 +162,16 @@ async fn volumes_bind_release_and_provision(storage: String) {
     kubectl.ok(&["apply", "-f", &kubectl.file("nodes.yaml", NODES)]);
 
     // A static claim gets the smallest volume that fits; both sides say so.
+    // Only Available volumes are matched (as upstream): a claim created in the same breath
+    // may go to whichever volume the controller made Available first.
     kubectl.ok(&["apply", "-f", &kubectl.file("static.yaml", STATIC)]);
+    until("both volumes are Available", 30, || {
+        ["small", "large"]
+            .iter()
+            .all(|v| phase(&get(&kubectl, "pv", v)) == "Available")
+    })
+    .await;
+    kubectl.ok(&["apply", "-f", &kubectl.file("first.yaml", FIRST_CLAIM)]);
     until("first is Bound to small", 30, || {
         let claim = get(&kubectl, "pvc", "first");
         phase(&claim) == "Bound" && claim["spec"]["volumeName"] == "small"
