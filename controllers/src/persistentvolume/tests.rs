@@ -279,11 +279,18 @@ fn volumes_follow_their_claims() {
     let mut ours = bound_ref;
     ours["metadata"] = json!({"annotations": {"pv.kubernetes.io/bound-by-controller": "yes"}});
     assert_eq!(
-        volume_step(&volume("v", ours), Some(&elsewhere)),
+        volume_step(&volume("v", ours.clone()), Some(&elsewhere)),
         VolumeStep::Unbind
     );
+    let freed = super::binder::unbound(&volume("v", ours));
+    assert!(freed.spec.and_then(|s| s.claim_ref).is_none());
+    assert!(freed.metadata.annotations.unwrap_or_default().is_empty());
     // A user's pre-binding to a claim that went elsewhere keeps the claim's name, not its uid.
     assert_eq!(volume_step(&retained, Some(&elsewhere)), VolumeStep::Unbind);
+    let freed = super::binder::unbound(&retained);
+    let reference = freed.spec.and_then(|s| s.claim_ref).expect("claimRef kept");
+    assert_eq!(reference.name.as_deref(), Some("data"));
+    assert_eq!(reference.uid, None);
 }
 
 #[test]
