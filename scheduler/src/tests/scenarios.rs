@@ -169,6 +169,17 @@ async fn prefer_no_schedule_taints_lower_the_score() {
     assert_eq!(h.per_node().get("clean"), Some(&3));
 }
 
+/// Pods named `prefix…` per zone of [`zoned`] (a node's name starts with its zone).
+fn per_zone(h: &Harness, prefix: &str) -> Vec<usize> {
+    let mut zones = std::collections::BTreeMap::new();
+    for (pod, node) in h.placements() {
+        if pod.starts_with(prefix) {
+            *zones.entry(node[..1].to_string()).or_insert(0) += 1;
+        }
+    }
+    zones.into_values().collect()
+}
+
 fn zoned(h: &mut Harness) {
     for (name, zone) in [("a1", "a"), ("a2", "a"), ("b1", "b"), ("c1", "c")] {
         h.node(node(
@@ -195,16 +206,7 @@ async fn topology_spread_with_max_skew_one_ends_two_two_two() {
         ));
     }
     h.settle().await;
-    let mut zones = std::collections::BTreeMap::new();
-    for node in h.placements().values() {
-        *zones.entry(node[..1].to_string()).or_insert(0) += 1;
-    }
-    assert_eq!(
-        zones.values().copied().collect::<Vec<_>>(),
-        [2, 2, 2],
-        "{:?}",
-        h.placements()
-    );
+    assert_eq!(per_zone(&h, "web-"), [2, 2, 2], "{:?}", h.placements());
 }
 
 #[tokio::test]
@@ -316,18 +318,7 @@ profiles:
             "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}]}),
     ));
     h.settle().await;
-    let mut zones = std::collections::BTreeMap::new();
-    for (pod, node) in h.placements() {
-        if pod.starts_with("web-") {
-            *zones.entry(node[..1].to_string()).or_insert(0) += 1;
-        }
-    }
-    assert_eq!(
-        zones.values().copied().collect::<Vec<_>>(),
-        [2, 2, 2],
-        "{:?}",
-        h.placements()
-    );
+    assert_eq!(per_zone(&h, "web-"), [2, 2, 2], "{:?}", h.placements());
     assert!(
         h.failure("own")
             .is_some_and(|m| m.contains("missing required label")),
