@@ -74,13 +74,23 @@ pub fn with_resource_version(mut object: Value, revision: i64) -> Value {
 
 /// What is stored of an object: all of it but its resourceVersion (which is the store's
 /// revision) and selfLink.
-pub fn for_storage(object: &Value) -> Value {
+pub fn for_storage(object: &Value) -> std::borrow::Cow<'_, Value> {
+    let transient = |metadata: &serde_json::Map<String, Value>| {
+        metadata.contains_key("resourceVersion") || metadata.contains_key("selfLink")
+    };
+    if !object
+        .get("metadata")
+        .and_then(Value::as_object)
+        .is_some_and(transient)
+    {
+        return std::borrow::Cow::Borrowed(object);
+    }
     let mut object = object.clone();
     if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         metadata.remove("resourceVersion");
         metadata.remove("selfLink");
     }
-    object
+    std::borrow::Cow::Owned(object)
 }
 
 /// Now as the RFC 3339 seconds-precision string Kubernetes uses for `Time`.
@@ -128,7 +138,7 @@ mod tests {
         assert!(stored["metadata"].get("resourceVersion").is_none());
         assert!(stored["metadata"].get("selfLink").is_none());
         assert_eq!(
-            with_resource_version(stored, 9)["metadata"]["resourceVersion"],
+            with_resource_version(stored.into_owned(), 9)["metadata"]["resourceVersion"],
             "9"
         );
     }

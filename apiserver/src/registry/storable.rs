@@ -72,14 +72,19 @@ pub(super) fn encode(
     Ok(value)
 }
 
-/// Whether two states of an object would be stored as the same bytes (before encryption),
-/// so writing one over the other changes nothing.
-pub(super) fn alike(values: &Values, info: &ResourceInfo, a: &Value, b: &Value) -> bool {
-    let a = info.strategy.api_to_stored(a);
-    let b = info.strategy.api_to_stored(b);
+/// Whether writing `candidate` over `current` (as read from the store) changes nothing: the
+/// two would be stored alike (before encryption).
+pub(super) fn alike(
+    values: &Values,
+    info: &ResourceInfo,
+    candidate: &Value,
+    current: &Value,
+) -> bool {
+    let candidate = info.strategy.api_to_stored(candidate);
+    let current = info.strategy.api_to_stored(current);
     values.store_alike(
-        &object::for_storage(a.as_ref()),
-        &object::for_storage(b.as_ref()),
+        &object::for_storage(candidate.as_ref()),
+        &object::for_storage(current.as_ref()),
     )
 }
 

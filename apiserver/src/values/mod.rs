@@ -156,25 +156,22 @@ impl Values {
         Ok(sealed?)
     }
 
-    /// Whether `a` and `b` read back alike once stored: upstream compares the stored bytes
-    /// to find a write that changes nothing; here both go through the store's serialization
-    /// and back, so JSON that differs only in what the stored form does not keep (the zero
-    /// counts protobuf reads back as absent) is the same.
-    pub fn store_alike(&self, a: &Value, b: &Value) -> bool {
-        // JSON reads back as written: only protobuf needs the round trip (the hot path of
-        // every update pays it only there).
-        if self.media == MediaType::Json || !format::has_protobuf_schema(a) {
-            return a == b;
+    /// Whether storing `candidate` over `stored` — an object as it was read back from the
+    /// store — would change nothing. Upstream compares the stored bytes; here the candidate
+    /// goes through the store's serialization and back, so JSON that differs only in what the
+    /// stored form does not keep (the zero counts protobuf reads back as absent) is the same.
+    /// `stored` is read-back already and is not round-tripped again (half the cost on the hot
+    /// path of every update); one stored as JSON before protobuf was the default may look
+    /// changed once, and its write stores it as protobuf.
+    pub fn store_alike(&self, candidate: &Value, stored: &Value) -> bool {
+        // JSON reads back as written: only protobuf needs the round trip.
+        if self.media == MediaType::Json || !format::has_protobuf_schema(candidate) {
+            return candidate == stored;
         }
-        let stored = |object: &Value| {
-            format::serialize(self.media, object)
-                .ok()
-                .and_then(|bytes| format::deserialize(&bytes).ok())
-        };
-        match (stored(a), stored(b)) {
-            (Some(a), Some(b)) => a == b,
-            _ => false,
-        }
+        format::serialize(self.media, candidate)
+            .ok()
+            .and_then(|bytes| format::deserialize(&bytes).ok())
+            .is_some_and(|read_back| &read_back == stored)
     }
 
     /// The object stored under `key` (without its resourceVersion).
@@ -262,5 +259,34 @@ resources:
             .expect("encodes");
         assert!(stored.starts_with(b"k8s\0"));
         assert!(values.decode_key(b"/registry/rudder/other", b"x").is_none());
+    }
+
+    #[test]
+    fn a_write_is_a_no_op_only_when_the_stored_form_would_not_change() {
+        let values = Values::default();
+        let deployments = catalog::find("apps", "v1", "deployments").expect("served");
+        let key = b"/registry/deployments/ns/web";
+        let written = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "ns", "labels": {"a": "1", "b": "2"}},
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"a": "1"}},
+                "template": {"metadata": {"labels": {"a": "1"}},
+                    "spec": {"containers": [{"name": "c", "image": "busybox"}]}}},
+            "status": {"observedGeneration": 0, "replicas": 0}});
+        let bytes = values.encode(deployments, key, &written).expect("encodes");
+        let stored = values.decode(deployments, key, &bytes).expect("decodes");
+        // Read back, the zero counts are gone; writing them again changes nothing.
+        assert!(stored["status"].get("observedGeneration").is_none());
+        assert!(values.store_alike(&written, &stored));
+        assert!(values.store_alike(&stored, &stored));
+        let mut scaled = written.clone();
+        scaled["spec"]["replicas"] = json!(4);
+        assert!(!values.store_alike(&scaled, &stored));
+        let mut relabelled = written.clone();
+        relabelled["metadata"]["labels"]["b"] = json!("3");
+        assert!(!values.store_alike(&relabelled, &stored));
+        // Stored as JSON, objects compare as they are.
+        let json_values = Values::new(MediaType::Json, Arc::new(Current::none()));
+        assert!(!json_values.store_alike(&written, &stored));
+        assert!(json_values.store_alike(&stored, &stored));
     }
 }

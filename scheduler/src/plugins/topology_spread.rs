@@ -389,12 +389,25 @@ impl Plugin for PodTopologySpread {
             .map(|d| ((d.len() + 2) as f64).ln())
             .collect();
         let mut counts = vec![BTreeMap::<String, i64>::new(); constraints.len()];
+        // Constraints with one selector (the defaults' two) count each node's pods once.
+        let same_as: Vec<usize> = constraints
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                constraints[..i]
+                    .iter()
+                    .position(|earlier| earlier.selector == c.selector)
+                    .unwrap_or(i)
+            })
+            .collect();
+        let mut matching: Vec<Option<i64>> = vec![None; constraints.len()];
         for node in &ctx.snapshot.nodes {
             if (require_all && !node_has_keys(&constraints, node))
                 || !node_included(&constraints, ctx.pod, node)
             {
                 continue;
             }
+            matching.fill(None);
             for (i, c) in constraints.iter().enumerate() {
                 let Some(value) = node.labels.get(&c.key) else {
                     continue;
@@ -402,12 +415,19 @@ impl Plugin for PodTopologySpread {
                 if !domains[i].contains(value) {
                     continue;
                 }
-                let matching = node
-                    .pods
-                    .iter()
-                    .filter(|p| c.counts_pod(ctx.pod, p))
-                    .count() as i64;
-                *counts[i].entry(value.clone()).or_default() += matching;
+                let count = match matching[same_as[i]] {
+                    Some(count) => count,
+                    None => {
+                        let count = node
+                            .pods
+                            .iter()
+                            .filter(|p| c.counts_pod(ctx.pod, p))
+                            .count() as i64;
+                        matching[same_as[i]] = Some(count);
+                        count
+                    }
+                };
+                *counts[i].entry(value.clone()).or_default() += count;
             }
         }
         state.write(

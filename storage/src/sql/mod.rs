@@ -230,6 +230,10 @@ impl SqlStore {
             AnyPoolOptions::new()
                 .max_connections(max)
                 .acquire_timeout(connection.connect_timeout)
+                // A ping before every acquire finds dead network connections early; an
+                // SQLite file's connection cannot die that way, and the ping cost a
+                // round trip through sqlx's worker thread on every query.
+                .test_before_acquire(dialect.name != "sqlite")
                 .after_connect(move |conn, _| {
                     let setup = setup.clone();
                     Box::pin(async move {
