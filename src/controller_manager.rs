@@ -59,11 +59,17 @@ pub struct ControllerManagerArgs {
     /// The longest lifetime of a signed certificate (`8760h`, `30d`, `3600s`).
     #[arg(long, default_value = "8760h")]
     cluster_signing_duration: String,
-    /// The pod network node IPAM hands node ranges out of.
-    #[arg(long, default_value = crate::network::DEFAULT_CLUSTER_CIDR)]
-    cluster_cidr: String,
+    /// The pod network(s) node IPAM hands node ranges out of: one network, or an IPv4 and an
+    /// IPv6 one (dual-stack), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = crate::network::DEFAULT_CLUSTER_CIDR)]
+    cluster_cidr: Vec<String>,
     #[command(flatten)]
     nodes: NodeControllerArgs,
+    /// Where `/metrics` (the work queues' and controllers' metrics) and `/healthz` are served,
+    /// over plain HTTP (upstream's former insecure port); empty serves none.
+    #[arg(long, default_value = "127.0.0.1:10252", value_parser = crate::network::optional_address)]
+    // Spelt out so that clap takes the parser's `Option` as the value (empty: none).
+    metrics_bind_address: std::option::Option<std::net::SocketAddr>,
 }
 
 /// The node controllers' flags, shared by `rudder server` and `rudder controller-manager`.
@@ -86,9 +92,16 @@ pub struct NodeControllerArgs {
     /// Zones of more nodes than this keep evicting, at the secondary rate, when unhealthy.
     #[arg(long, default_value_t = 50)]
     large_cluster_size_threshold: usize,
-    /// The prefix length of the pod range each node gets from the cluster CIDR.
+    /// The prefix length of the pod range each node gets from a single-stack cluster CIDR
+    /// (default: 24 for IPv4, 64 for IPv6); not for dual-stack, which takes the two below.
+    #[arg(long)]
+    node_cidr_mask_size: Option<u8>,
+    /// The prefix length of each node's IPv4 pod range.
     #[arg(long, default_value_t = 24)]
-    node_cidr_mask_size: u8,
+    node_cidr_mask_size_ipv4: u8,
+    /// The prefix length of each node's IPv6 pod range.
+    #[arg(long, default_value_t = 64)]
+    node_cidr_mask_size_ipv6: u8,
 }
 
 impl NodeControllerArgs {
@@ -110,15 +123,28 @@ impl NodeControllerArgs {
         }
     }
 
-    /// The ranges to hand out of `cluster_cidrs` (its first IPv4 network).
-    pub fn ipam(&self, cluster_cidrs: &[String]) -> rudder_controllers::nodeipam::Settings {
-        let ipv4 = cluster_cidrs.iter().find(|cidr| cidr.contains('.'));
-        rudder_controllers::nodeipam::Settings {
-            cluster_cidr: ipv4
-                .cloned()
-                .unwrap_or_else(|| crate::network::DEFAULT_CLUSTER_CIDR.into()),
-            node_mask_size: self.node_cidr_mask_size,
+    /// The ranges to hand out of `cluster_cidrs` (one network, or one of each family), checked
+    /// as upstream checks them.
+    pub fn ipam(&self, cluster_cidrs: &[String]) -> Result<rudder_controllers::nodeipam::Settings> {
+        let mut settings = rudder_controllers::nodeipam::Settings {
+            cluster_cidrs: cluster_cidrs.to_vec(),
+            node_mask_size_ipv4: self.node_cidr_mask_size_ipv4,
+            node_mask_size_ipv6: self.node_cidr_mask_size_ipv6,
+        };
+        if let Some(size) = self.node_cidr_mask_size {
+            match cluster_cidrs {
+                [single] if single.contains(':') => settings.node_mask_size_ipv6 = size,
+                [_] => settings.node_mask_size_ipv4 = size,
+                _ => anyhow::bail!(
+                    "--node-cidr-mask-size is for a single-stack cluster; a dual-stack one takes \
+                     --node-cidr-mask-size-ipv4 and --node-cidr-mask-size-ipv6"
+                ),
+            }
         }
+        settings
+            .ranges()
+            .map_err(|error| anyhow::anyhow!("node IPAM: {error}"))?;
+        Ok(settings)
     }
 }
 
@@ -154,6 +180,7 @@ fn uuid_suffix() -> String {
 
 /// `rudder controller-manager`.
 pub async fn run(args: ControllerManagerArgs, shutdown: CancellationToken) -> Result<()> {
+    let node_ipam = args.nodes.ipam(&args.cluster_cidr)?;
     let kubeconfig = kube::config::Kubeconfig::read_from(&args.kubeconfig)
         .with_context(|| format!("reading {}", args.kubeconfig.display()))?;
     let root_ca = cluster_ca(&kubeconfig);
@@ -210,8 +237,15 @@ pub async fn run(args: ControllerManagerArgs, shutdown: CancellationToken) -> Re
         legacy_tokens,
         cluster_signing,
         node_lifecycle: args.nodes.lifecycle(),
-        node_ipam: args.nodes.ipam(std::slice::from_ref(&args.cluster_cidr)),
+        node_ipam,
     });
+    crate::network::serve_metrics(
+        args.metrics_bind_address,
+        "controller-manager",
+        |registry| manager.metrics().register(registry),
+        shutdown.clone(),
+    )
+    .await?;
     manager.run(shutdown).await;
     Ok(())
 }

@@ -18,7 +18,9 @@ pub const DNS_NODE_LABEL: &str = "rudder.dev/cluster-dns";
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct NetworkArgs {
-    /// The pod network(s) of the cluster: Service traffic from elsewhere is masqueraded.
+    /// The pod network(s) of the cluster, comma-separated (an IPv4 and an IPv6 one make it
+    /// dual-stack): node IPAM hands nodes' ranges out of them, and Service traffic from
+    /// elsewhere is masqueraded.
     #[arg(long, value_delimiter = ',', default_value = DEFAULT_CLUSTER_CIDR)]
     pub cluster_cidr: Vec<String>,
     /// The cluster's DNS domain.
@@ -47,7 +49,29 @@ fn proxy_mode() -> impl clap::builder::TypedValueParser<Value = rudder_network::
         .map(|mode| mode.parse().unwrap_or_default())
 }
 
-fn optional_address(text: &str) -> Result<Option<SocketAddr>, String> {
+/// Serves what `register` puts in a registry on `--metrics-bind-address` (when given) for
+/// `component` (the standalone scheduler and controller-manager) until `shutdown`.
+pub(crate) async fn serve_metrics(
+    address: Option<SocketAddr>,
+    component: &str,
+    register: impl FnOnce(&mut prometheus_client::registry::Registry),
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let Some(address) = address else {
+        return Ok(());
+    };
+    let mut registry = prometheus_client::registry::Registry::default();
+    register(&mut registry);
+    let bound = rudder_runtime::metrics_server::serve(address, registry, shutdown)
+        .await
+        .map_err(|error| {
+            anyhow::anyhow!("serving the {component}'s metrics on {address}: {error}")
+        })?;
+    tracing::info!(%bound, component, "metrics serving");
+    Ok(())
+}
+
+pub(crate) fn optional_address(text: &str) -> Result<Option<SocketAddr>, String> {
     if text.is_empty() {
         return Ok(None);
     }
@@ -62,7 +86,13 @@ impl NetworkArgs {
         rudder_network::node::NodeNetwork {
             node_name: node_name.to_owned(),
             node_ip,
-            cluster_cidrs: self.cluster_cidr.clone(),
+            // The service proxy routes IPv4 only; an IPv6 pod network is node IPAM's alone.
+            cluster_cidrs: self
+                .cluster_cidr
+                .iter()
+                .filter(|cidr| !cidr.contains(':'))
+                .cloned()
+                .collect(),
             cluster_domain: self.cluster_domain.clone(),
             proxy: !self.disable_kube_proxy,
             dns: !self.disable_cluster_dns,

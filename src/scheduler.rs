@@ -19,6 +19,11 @@ pub struct SchedulerArgs {
     /// Hold the Lease kube-system/kube-scheduler, so that of several schedulers one works.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     leader_elect: bool,
+    /// Where `/metrics` and `/healthz` are served, over plain HTTP (upstream's former
+    /// insecure port); empty serves none.
+    #[arg(long, default_value = "127.0.0.1:10251", value_parser = crate::network::optional_address)]
+    // Spelt out so that clap takes the parser's `Option` as the value (empty: none).
+    metrics_bind_address: std::option::Option<std::net::SocketAddr>,
 }
 
 /// Reads a `--config` file, or the defaults without one.
@@ -50,9 +55,14 @@ pub async fn runner(
 /// `rudder scheduler`.
 pub async fn run(args: SchedulerArgs, shutdown: CancellationToken) -> Result<()> {
     let configuration = configuration(args.config.as_deref())?;
-    runner(&args.kubeconfig, configuration, args.leader_elect)
-        .await?
-        .run(shutdown)
-        .await;
+    let runner = runner(&args.kubeconfig, configuration, args.leader_elect).await?;
+    crate::network::serve_metrics(
+        args.metrics_bind_address,
+        "scheduler",
+        |registry| runner.metrics().register(registry),
+        shutdown.clone(),
+    )
+    .await?;
+    runner.run(shutdown).await;
     Ok(())
 }

@@ -209,6 +209,7 @@ pub(crate) async fn open_store(
 /// `rudder server`: the Kubernetes API over the store (and, if asked, the etcd gateway and the
 /// controllers) until `shutdown`.
 pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()> {
+    let node_ipam = args.nodes.ipam(&args.network.cluster_cidr)?;
     let etcd_tls = crate::gateway::load_tls(
         args.etcd_cert_file.as_deref(),
         args.etcd_key_file.as_deref(),
@@ -305,10 +306,7 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
     );
     let mut controllers = None;
     if let Some(selection) = selection {
-        let nodes = (
-            args.nodes.lifecycle(),
-            args.nodes.ipam(&args.network.cluster_cidr),
-        );
+        let nodes = (args.nodes.lifecycle(), node_ipam.clone());
         match controller_manager(&running, selection, args.terminated_pod_gc_threshold, nodes).await
         {
             Ok(manager) => {

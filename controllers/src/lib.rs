@@ -196,7 +196,7 @@ async fn run_controllers(config: Config, metrics: Arc<QueueMetrics>, shutdown: C
                 nodelifecycle::controller(&informers, client, config.node_lifecycle, token)
             }
             "taint-eviction-controller" => {
-                nodelifecycle::taint_eviction_controller(&informers, client, token)
+                nodelifecycle::taint_eviction_controller(&informers, client, identity, token)
             }
             "nodeipam" => nodeipam::controller(
                 &informers,

@@ -9,7 +9,6 @@
 //! [`watch`] runs the one pair of reflectors both share.
 
 pub mod dns;
-pub mod metrics_server;
 pub mod node;
 pub mod proxy;
 mod watch;

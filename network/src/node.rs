@@ -96,7 +96,9 @@ pub async fn start(
             shutdown.clone(),
         ));
         if let Some(address) = config.metrics_address {
-            match crate::metrics_server::serve(address, metrics.clone(), shutdown.clone()).await {
+            let mut registry = prometheus_client::registry::Registry::default();
+            metrics.register(&mut registry);
+            match rudder_runtime::metrics_server::serve(address, registry, shutdown.clone()).await {
                 Ok(bound) => tracing::info!(%bound, "service proxy metrics serving"),
                 Err(error) => {
                     tracing::warn!(%error, %address, "the service proxy's metrics are not served")

@@ -148,6 +148,7 @@ fn spawn_manager(cluster: &Cluster, extra: &[String]) -> Result<tokio::process::
         .arg("--kubeconfig")
         .arg(&cluster.running.controller_manager_kubeconfig)
         .arg("--leader-elect=false")
+        .arg("--metrics-bind-address=")
         .args(extra)
         .env("RUST_LOG", "warn")
         .kill_on_drop(true)

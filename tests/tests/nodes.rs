@@ -284,6 +284,26 @@ fn renew_leases(client: Client, nodes: Vec<String>, dead: Dead) -> tokio::task::
     })
 }
 
+/// Whether the taint manager recorded `what default/<pod>` about `pod`.
+async fn taint_manager_said(
+    events: &Api<k8s_openapi::api::events::v1::Event>,
+    what: &str,
+    pod: &str,
+) -> bool {
+    let note = format!("{what} default/{pod}");
+    events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .any(|event| {
+            event.reason.as_deref() == Some("TaintManagerEviction")
+                && event.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod)
+                && event.note.as_deref() == Some(note.as_str())
+        })
+}
+
 fn taints_of(node: &Node) -> Vec<String> {
     node.spec
         .as_ref()
@@ -309,8 +329,10 @@ fn ready_condition(node: &Node) -> Option<NodeCondition> {
 
 /// A node whose Lease is no longer renewed goes Unknown and is tainted unreachable within the
 /// grace period; its pods go NotReady and are evicted once their 5 s toleration runs out (and
-/// replaced on the live node), a pod tolerating it forever stays, and the taints are lifted
-/// when the node is back. Node IPAM gives each node its own /24 meanwhile.
+/// replaced on the live node), each announced by a `TaintManagerEviction` event; a pod
+/// tolerating it forever stays, and the taints are lifted when the node is back, calling off
+/// the pending eviction of a pod tolerating it for 300 s. Node IPAM (dual-stack) gives each
+/// node its own /24 and /64 meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_nodes_are_tainted_and_their_pods_evicted() {
     let dir = tempfile::tempdir().unwrap();
@@ -325,6 +347,8 @@ async fn unreachable_nodes_are_tainted_and_their_pods_evicted() {
             "3s",
             "--node-eviction-rate",
             "1",
+            "--cluster-cidr",
+            "10.42.0.0/16,fd42::/48",
         ],
     );
     let client = client(&server).await;
@@ -361,6 +385,17 @@ async fn unreachable_nodes_are_tainted_and_their_pods_evicted() {
     )
     .await
     .unwrap();
+    // A pod that would wait out the unreachable taint for 300 s.
+    let patient = json!({"metadata": {"name": "patient"}, "spec": {"nodeName": "n2",
+        "containers": [{"name": "c", "image": "busybox"}],
+        "tolerations": [{"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+            "effect": "NoExecute", "tolerationSeconds": 300}]}});
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(patient).unwrap(),
+    )
+    .await
+    .unwrap();
     rudder_tests::eventually(
         "2 web pods ready on n2",
         Duration::from_secs(60),
@@ -369,7 +404,7 @@ async fn unreachable_nodes_are_tainted_and_their_pods_evicted() {
     .await;
     ready_node(&client, "n1").await;
 
-    // Node IPAM: distinct /24s of the cluster CIDR.
+    // Node IPAM, dual-stack: distinct /24s and /64s of the cluster CIDRs, IPv4 first as listed.
     let mut cidrs = Vec::new();
     for name in ["n1", "n2"] {
         rudder_tests::eventually(
@@ -393,10 +428,17 @@ async fn unreachable_nodes_are_tainted_and_their_pods_evicted() {
             cidr.starts_with("10.42.") && cidr.ends_with(".0/24"),
             "{cidr}"
         );
-        assert_eq!(spec.pod_cidrs, Some(vec![cidr.clone()]));
-        cidrs.push(cidr);
+        let all = spec.pod_cidrs.unwrap_or_default();
+        assert_eq!(all.len(), 2, "{all:?}");
+        assert_eq!(all[0], cidr);
+        assert!(
+            all[1].starts_with("fd42:") && all[1].ends_with("::/64"),
+            "{all:?}"
+        );
+        cidrs.push(all);
     }
-    assert_ne!(cidrs[0], cidrs[1]);
+    assert_ne!(cidrs[0][0], cidrs[1][0]);
+    assert_ne!(cidrs[0][1], cidrs[1][1]);
 
     // n2's kubelet stops: Unknown and tainted within the grace period (3 s) and a pass.
     let web_on_n2: Vec<String> = pods
@@ -467,6 +509,13 @@ async fn unreachable_nodes_are_tainted_and_their_pods_evicted() {
         steady.metadata.deletion_timestamp.is_none(),
         "tolerates forever"
     );
+    // Each eviction was announced as upstream's taint manager does.
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), "default");
+    for name in &web_on_n2 {
+        let announced = taint_manager_said(&events, "Marking for deletion Pod", name).await;
+        assert!(announced, "no TaintManagerEviction event for {name}");
+    }
 
     // n2 comes back: its taints are lifted.
     dead.lock().unwrap().remove("n2");
@@ -475,6 +524,20 @@ async fn unreachable_nodes_are_tainted_and_their_pods_evicted() {
         taints_of(&nodes.get("n2").await.unwrap()).is_empty()
     })
     .await;
+    // The patient pod's pending eviction is called off, and said so.
+    rudder_tests::eventually(
+        "the patient pod's eviction cancelled",
+        Duration::from_secs(30),
+        || async { taint_manager_said(&events, "Cancelling deletion of Pod", "patient").await },
+    )
+    .await;
+    assert!(pods
+        .get("patient")
+        .await
+        .unwrap()
+        .metadata
+        .deletion_timestamp
+        .is_none());
 
     // A node that goes releases its range; the next node gets the lowest free one.
     let freed = nodes

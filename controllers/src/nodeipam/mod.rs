@@ -1,13 +1,16 @@
 //! Node IPAM (`nodeipam`, upstream's range allocator): every Node without `spec.podCIDR` gets
-//! the next free block of `--node-cidr-mask-size` (24) bits out of `--cluster-cidr`
-//! (10.42.0.0/16) as `spec.podCIDR` and `spec.podCIDRs`. The blocks in use are rebuilt from the
-//! existing nodes before anything is handed out, and a node's block is free again once the
-//! node is gone. A node that cannot get one (the range is full) gets a `CIDRNotAvailable`
-//! event. IPv4 only.
+//! the next free block out of each `--cluster-cidr` (one IPv4 and/or one IPv6 network; both
+//! make a dual-stack cluster) as `spec.podCIDRs`, in the order the flag lists them, and the
+//! first of them as `spec.podCIDR`. Blocks are `--node-cidr-mask-size-ipv4` (24) and
+//! `--node-cidr-mask-size-ipv6` (64) bits long ([`range`]). The blocks in use are rebuilt from
+//! the existing nodes before anything is handed out, and a node's blocks are free again once
+//! the node is gone. A node that cannot get one of every family (a range is full) gets none
+//! and a `CIDRNotAvailable` event.
+
+pub mod range;
 
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeSet, HashMap};
-use std::net::Ipv4Addr;
+use std::collections::HashMap;
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
@@ -20,114 +23,98 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
 use crate::informers::Informers;
+use range::{Cidr, Family, RangeAllocator};
 
 /// The pod ranges to hand out.
 #[derive(Clone, Debug)]
 pub struct Settings {
-    /// The cluster's pod network (`--cluster-cidr`).
-    pub cluster_cidr: String,
-    /// The prefix length of each node's block (`--node-cidr-mask-size`).
-    pub node_mask_size: u8,
+    /// The cluster's pod networks (`--cluster-cidr`): at most one of each family.
+    pub cluster_cidrs: Vec<String>,
+    /// The prefix length of each node's IPv4 block (`--node-cidr-mask-size-ipv4`).
+    pub node_mask_size_ipv4: u8,
+    /// The prefix length of each node's IPv6 block (`--node-cidr-mask-size-ipv6`).
+    pub node_mask_size_ipv6: u8,
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            cluster_cidr: "10.42.0.0/16".into(),
-            node_mask_size: 24,
+            cluster_cidrs: vec!["10.42.0.0/16".into()],
+            node_mask_size_ipv4: 24,
+            node_mask_size_ipv6: 64,
         }
     }
 }
 
-/// Parses `a.b.c.d/len` into its network address and prefix length.
-fn parse_cidr(text: &str) -> Result<(u32, u8)> {
-    let invalid = || Error::Invalid(format!("{text:?} is not an IPv4 CIDR"));
-    let (address, length) = text.split_once('/').ok_or_else(invalid)?;
-    let address: Ipv4Addr = address.trim().parse().map_err(|_| invalid())?;
-    let length: u8 = length.trim().parse().map_err(|_| invalid())?;
-    if length > 32 {
-        return Err(invalid());
-    }
-    let mask = u32::MAX.checked_shl(u32::from(32 - length)).unwrap_or(0);
-    Ok((u32::from(address) & mask, length))
-}
-
-/// The blocks of one cluster CIDR, and which are taken.
-#[derive(Debug)]
-pub struct RangeAllocator {
-    base: u32,
-    prefix: u8,
-    mask_size: u8,
-    blocks: u64,
-    used: BTreeSet<u64>,
-}
-
-impl RangeAllocator {
-    pub fn new(settings: &Settings) -> Result<Self> {
-        let (base, prefix) = parse_cidr(&settings.cluster_cidr)?;
-        let mask_size = settings.node_mask_size;
-        if mask_size < prefix || mask_size > 32 {
+impl Settings {
+    /// One allocator per cluster CIDR, checked as upstream checks the flags: one or two
+    /// networks, and two only when they are of different families.
+    pub fn ranges(&self) -> Result<Ranges> {
+        if self.cluster_cidrs.is_empty() || self.cluster_cidrs.len() > 2 {
             return Err(Error::Invalid(format!(
-                "--node-cidr-mask-size {mask_size} does not fit in --cluster-cidr {}",
-                settings.cluster_cidr
+                "--cluster-cidr takes one network, or two of different families (dual-stack); got {:?}",
+                self.cluster_cidrs
             )));
         }
-        Ok(Self {
-            base,
-            prefix,
-            mask_size,
-            blocks: 1u64 << (mask_size - prefix),
-            used: BTreeSet::new(),
-        })
-    }
-
-    fn block_of(&self, cidr: &str) -> Option<u64> {
-        let (address, length) = parse_cidr(cidr).ok()?;
-        if length != self.mask_size {
-            return None;
+        let mut ranges = Vec::new();
+        for cidr in &self.cluster_cidrs {
+            let family = Cidr::parse(cidr)?.family;
+            let mask = match family {
+                Family::V4 => self.node_mask_size_ipv4,
+                Family::V6 => self.node_mask_size_ipv6,
+            };
+            ranges.push(RangeAllocator::new(cidr, mask)?);
         }
-        let offset = address.checked_sub(self.base)?;
-        let index = u64::from(offset >> (32 - u32::from(self.mask_size)));
-        (index < self.blocks).then_some(index)
-    }
-
-    fn cidr_of(&self, index: u64) -> String {
-        let shift = 32 - u32::from(self.mask_size);
-        let offset = u32::try_from(index)
-            .unwrap_or(0)
-            .checked_shl(shift)
-            .unwrap_or(0);
-        format!("{}/{}", Ipv4Addr::from(self.base + offset), self.mask_size)
-    }
-
-    /// Marks a block in use (a node already has it); false if it is not one of ours.
-    pub fn occupy(&mut self, cidr: &str) -> bool {
-        match self.block_of(cidr) {
-            Some(index) => {
-                self.used.insert(index);
-                true
+        if let [first, second] = ranges.as_slice() {
+            if first.family() == second.family() {
+                return Err(Error::Invalid(format!(
+                    "--cluster-cidr {:?}: a dual-stack cluster needs one IPv4 and one IPv6 network",
+                    self.cluster_cidrs
+                )));
             }
-            None => false,
         }
+        Ok(Ranges(ranges))
+    }
+}
+
+/// The allocators of every cluster CIDR, in the flag's order.
+#[derive(Debug)]
+pub struct Ranges(Vec<RangeAllocator>);
+
+impl Ranges {
+    /// Marks a node's block taken in whichever range holds it; false if none does.
+    pub fn occupy(&mut self, cidr: &str) -> bool {
+        self.0.iter_mut().any(|range| range.occupy(cidr))
     }
 
-    /// Frees a block.
     pub fn release(&mut self, cidr: &str) {
-        if let Some(index) = self.block_of(cidr) {
-            self.used.remove(&index);
+        for range in &mut self.0 {
+            range.release(cidr);
         }
     }
 
-    /// The lowest free block, now taken; `None` when the range is full.
-    pub fn allocate(&mut self) -> Option<String> {
-        let index = (0..self.blocks).find(|index| !self.used.contains(index))?;
-        self.used.insert(index);
-        Some(self.cidr_of(index))
+    /// One free block of every range, now taken; `None` (and nothing taken) when a range is
+    /// full.
+    pub fn allocate(&mut self) -> Option<Vec<String>> {
+        let mut taken = Vec::new();
+        for range in &mut self.0 {
+            match range.allocate() {
+                Some(cidr) => taken.push(cidr),
+                None => {
+                    for cidr in &taken {
+                        self.release(cidr);
+                    }
+                    return None;
+                }
+            }
+        }
+        Some(taken)
     }
 
-    /// The cluster range, for messages.
-    pub fn range(&self) -> String {
-        format!("{}/{}", Ipv4Addr::from(self.base), self.prefix)
+    /// The cluster ranges, for messages.
+    pub fn describe(&self) -> String {
+        let names: Vec<String> = self.0.iter().map(RangeAllocator::range).collect();
+        names.join(",")
     }
 }
 
@@ -148,12 +135,12 @@ fn pod_cidrs(node: &Node) -> Vec<String> {
 async fn assign(
     client: &Client,
     recorder: &Recorder,
-    allocator: &mut RangeAllocator,
+    ranges: &mut Ranges,
     node: &Node,
-) -> Option<String> {
+) -> Option<Vec<String>> {
     let name = node.name_any();
-    let Some(cidr) = allocator.allocate() else {
-        tracing::warn!(node = %name, range = %allocator.range(), "no pod CIDR left for the node");
+    let Some(cidrs) = ranges.allocate() else {
+        tracing::warn!(node = %name, range = %ranges.describe(), "no pod CIDR left for the node");
         crate::events::publish(
             recorder,
             node,
@@ -165,19 +152,21 @@ async fn assign(
         .await;
         return None;
     };
-    let patch = json!({"spec": {"podCIDR": cidr, "podCIDRs": [cidr]}});
+    let patch = json!({"spec": {"podCIDR": cidrs.first(), "podCIDRs": cidrs}});
     let api: Api<Node> = Api::all(client.clone());
     match api
         .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
     {
         Ok(_) => {
-            tracing::info!(node = %name, %cidr, "pod CIDR assigned");
-            Some(cidr)
+            tracing::info!(node = %name, cidrs = %cidrs.join(","), "pod CIDRs assigned");
+            Some(cidrs)
         }
         Err(error) => {
             // Given back; the node's next change tries again.
-            allocator.release(&cidr);
+            for cidr in &cidrs {
+                ranges.release(cidr);
+            }
             tracing::warn!(node = %name, %error, "assigning a pod CIDR failed");
             None
         }
@@ -194,8 +183,8 @@ pub fn controller(
     let watched = informers.watch::<Node>();
     let recorder = crate::events::recorder(client.clone(), "node-controller", identity);
     async move {
-        let mut allocator = match RangeAllocator::new(&settings) {
-            Ok(allocator) => allocator,
+        let mut ranges = match settings.ranges() {
+            Ok(ranges) => ranges,
             Err(error) => {
                 tracing::error!(%error, "node IPAM does not run");
                 return;
@@ -210,13 +199,13 @@ pub fn controller(
         // What the nodes hold is taken before anything is handed out.
         for node in store.state() {
             for cidr in pod_cidrs(&node) {
-                if !allocator.occupy(&cidr) {
+                if !ranges.occupy(&cidr) {
                     tracing::info!(node = %node.name_any(), %cidr, "pod CIDR outside the cluster range; left alone");
                 }
             }
         }
         // Blocks written to nodes whose change showing them has not arrived yet.
-        let mut assigned: HashMap<String, String> = HashMap::new();
+        let mut assigned: HashMap<String, Vec<String>> = HashMap::new();
         loop {
             let change = tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -228,22 +217,22 @@ pub fn controller(
             let name = change.object.name_any();
             let cidrs = pod_cidrs(&change.object);
             if change.deleted {
-                for cidr in cidrs.iter().chain(assigned.remove(&name).as_ref()) {
-                    allocator.release(cidr);
+                for cidr in cidrs.iter().chain(assigned.remove(&name).iter().flatten()) {
+                    ranges.release(cidr);
                 }
             } else if cidrs.is_empty() {
                 // A change from before our write shows no block yet: the node has one.
                 if let Entry::Vacant(slot) = assigned.entry(name) {
-                    if let Some(cidr) =
-                        assign(&client, &recorder, &mut allocator, &change.object).await
+                    if let Some(cidrs) =
+                        assign(&client, &recorder, &mut ranges, &change.object).await
                     {
-                        slot.insert(cidr);
+                        slot.insert(cidrs);
                     }
                 }
             } else {
                 assigned.remove(&name);
                 for cidr in &cidrs {
-                    allocator.occupy(cidr);
+                    ranges.occupy(cidr);
                 }
             }
         }
@@ -255,45 +244,62 @@ pub fn controller(
 mod tests {
     use super::*;
 
-    fn allocator(cidr: &str, mask: u8) -> RangeAllocator {
-        RangeAllocator::new(&Settings {
-            cluster_cidr: cidr.into(),
-            node_mask_size: mask,
-        })
-        .expect("a valid range")
-    }
-
-    #[test]
-    fn blocks_are_handed_out_lowest_first_and_reused() {
-        let mut range = allocator("10.42.0.0/16", 24);
-        assert!(range.occupy("10.42.0.0/24"), "an existing node's block");
-        assert_eq!(range.allocate().as_deref(), Some("10.42.1.0/24"));
-        assert_eq!(range.allocate().as_deref(), Some("10.42.2.0/24"));
-        range.release("10.42.1.0/24");
-        assert_eq!(range.allocate().as_deref(), Some("10.42.1.0/24"));
-        assert!(!range.occupy("10.43.0.0/24"), "not ours");
-        assert!(!range.occupy("10.42.5.0/25"), "another size");
-    }
-
-    #[test]
-    fn a_full_range_has_nothing_left() {
-        let mut range = allocator("192.168.0.0/23", 24);
-        assert_eq!(range.allocate().as_deref(), Some("192.168.0.0/24"));
-        assert_eq!(range.allocate().as_deref(), Some("192.168.1.0/24"));
-        assert_eq!(range.allocate(), None);
-    }
-
-    #[test]
-    fn bad_settings_are_refused() {
-        for (cidr, mask) in [("10.42.0.0/16", 8), ("nonsense", 24), ("10.42.0.0/16", 33)] {
-            let settings = Settings {
-                cluster_cidr: cidr.into(),
-                node_mask_size: mask,
-            };
-            assert!(RangeAllocator::new(&settings).is_err(), "{cidr} {mask}");
+    fn settings(cidrs: &[&str]) -> Settings {
+        Settings {
+            cluster_cidrs: cidrs.iter().map(|cidr| cidr.to_string()).collect(),
+            ..Settings::default()
         }
-        // A host address in the flag is taken as its network.
-        let mut range = allocator("10.42.7.9/16", 24);
-        assert_eq!(range.allocate().as_deref(), Some("10.42.0.0/24"));
+    }
+
+    #[test]
+    fn dual_stack_nodes_get_one_block_of_each_family_in_flag_order() {
+        let mut ranges = settings(&["fd42::/48", "10.42.0.0/16"])
+            .ranges()
+            .expect("valid");
+        assert!(ranges.occupy("10.42.0.0/24"));
+        assert!(ranges.occupy("fd42::/64"));
+        assert_eq!(
+            ranges.allocate(),
+            Some(vec![
+                "fd42:0:0:1::/64".to_string(),
+                "10.42.1.0/24".to_string()
+            ])
+        );
+        assert!(!ranges.occupy("10.43.0.0/24"));
+    }
+
+    #[test]
+    fn a_full_range_takes_nothing_from_the_other() {
+        let mut ranges = settings(&["10.42.0.0/24", "fd42::/64"])
+            .ranges()
+            .expect("valid");
+        // 10.42.0.0/24 holds one /24 block; the IPv6 one holds one /64.
+        assert_eq!(ranges.allocate().map(|cidrs| cidrs.len()), Some(2));
+        assert_eq!(ranges.allocate(), None);
+        ranges.release("10.42.0.0/24");
+        assert_eq!(ranges.allocate(), None, "the IPv6 range is still full");
+        ranges.release("fd42::/64");
+        assert_eq!(
+            ranges.allocate(),
+            Some(vec!["10.42.0.0/24".to_string(), "fd42::/64".to_string()])
+        );
+    }
+
+    #[test]
+    fn cluster_cidrs_are_checked_as_upstream() {
+        for cidrs in [
+            &[][..],
+            &["10.42.0.0/16", "10.43.0.0/16"][..],
+            &["fd00::/48", "fd01::/48"][..],
+            &["10.42.0.0/16", "fd00::/48", "10.43.0.0/16"][..],
+            &["10.42.0.0/16", "nonsense"][..],
+        ] {
+            assert!(settings(cidrs).ranges().is_err(), "{cidrs:?}");
+        }
+        let wide = Settings {
+            cluster_cidrs: vec!["fd00::/32".into()],
+            ..Settings::default()
+        };
+        assert!(wide.ranges().is_err(), "2^32 blocks of /64");
     }
 }

@@ -15,10 +15,13 @@
 //!
 //! Taint-based eviction deletes the pods of `NoExecute`-tainted nodes (see
 //! [`taint_eviction`]), each first marked with the `DisruptionTarget` condition (reason
-//! `DeletionByTaintManager`). Both work in passes over the shared informers' stores, once a
+//! `DeletionByTaintManager`) and announced by a `TaintManagerEviction` event ("Marking for
+//! deletion Pod …"); a pod whose timed eviction is called off (the taint is lifted first) gets
+//! one saying "Cancelling deletion of Pod …", as upstream's. Both work in passes over the shared informers' stores, once a
 //! second; writes are pinned to the resourceVersion read, so a kubelet that posts meanwhile
 //! wins and the next pass looks again.
 
+mod evictor;
 pub mod health;
 pub mod taint_eviction;
 pub mod zones;
@@ -31,14 +34,14 @@ use futures::FutureExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::informers::Informers;
-use taint_eviction::Verdict;
+pub use evictor::taint_eviction_controller;
 use zones::ZoneSettings;
 
 /// How the node lifecycle controller judges nodes.
@@ -73,11 +76,11 @@ struct Heard {
     ready: Option<String>,
 }
 
-fn now_time() -> Time {
+pub(crate) fn now_time() -> Time {
     Time(jiff::Timestamp::now())
 }
 
-fn node_of(pod: &Pod) -> Option<&str> {
+pub(crate) fn node_of(pod: &Pod) -> Option<&str> {
     pod.spec.as_ref().and_then(|spec| spec.node_name.as_deref())
 }
 
@@ -261,88 +264,8 @@ impl Lifecycle {
     }
 }
 
-/// Taint-based eviction's state: when it first saw each node's `NoExecute` taints.
-struct Evictor {
-    client: Client,
-    nodes: Store<Node>,
-    pods: Store<Pod>,
-    first_seen: HashMap<String, jiff::Timestamp>,
-}
-
-impl Evictor {
-    async fn pass(&mut self) {
-        let now = jiff::Timestamp::now();
-        let mut tainted = HashMap::new();
-        for node in self.nodes.state() {
-            let taints = node
-                .spec
-                .as_ref()
-                .and_then(|spec| spec.taints.clone())
-                .unwrap_or_default();
-            if taint_eviction::no_execute(&taints).is_empty() {
-                continue;
-            }
-            let seen = *self.first_seen.entry(node.name_any()).or_insert(now);
-            tainted.insert(node.name_any(), (taints, seen));
-        }
-        self.first_seen.retain(|name, _| tainted.contains_key(name));
-        if tainted.is_empty() {
-            return;
-        }
-        for pod in self.pods.state() {
-            if pod.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            let Some((taints, seen)) = node_of(&pod).and_then(|node| tainted.get(node)) else {
-                continue;
-            };
-            let due =
-                match taint_eviction::verdict(&pod, &taint_eviction::no_execute(taints), *seen) {
-                    Verdict::Stay => false,
-                    Verdict::DeleteNow => true,
-                    Verdict::DeleteAt(at) => at <= now,
-                };
-            if due {
-                self.evict(&pod).await;
-            }
-        }
-    }
-
-    async fn evict(&self, pod: &Pod) {
-        let Some(namespace) = pod.namespace() else {
-            return;
-        };
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
-        let name = pod.name_any();
-        let patch = json!({"status": {"conditions": [{"type": "DisruptionTarget",
-            "status": "True", "reason": "DeletionByTaintManager",
-            "message": "Taint manager: deleting due to NoExecute taint",
-            "lastTransitionTime": now_time()}]}});
-        if let Err(error) = api
-            .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
-            .await
-        {
-            tracing::debug!(pod = %name, %error, "marking a pod for taint eviction");
-        }
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: pod.uid(),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match api.delete(&name, &params).await {
-            Ok(_) => {
-                tracing::info!(pod = %name, %namespace, "deleted: its node has a NoExecute taint it does not tolerate")
-            }
-            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
-            Err(error) => tracing::warn!(pod = %name, %error, "taint eviction failed"),
-        }
-    }
-}
-
 /// Runs `pass` every `period` once the stores have filled, until `shutdown`.
-async fn every<F>(
+pub(crate) async fn every<F>(
     period: Duration,
     shutdown: CancellationToken,
     ready: impl std::future::Future<Output = ()>,
@@ -395,31 +318,6 @@ pub fn controller(
     every(settings.period, shutdown, ready, move || {
         let lifecycle = lifecycle.clone();
         async move { lifecycle.lock().await.pass().await }.boxed()
-    })
-    .boxed()
-}
-
-/// Taint-based eviction.
-pub fn taint_eviction_controller(
-    informers: &Informers,
-    client: Client,
-    shutdown: CancellationToken,
-) -> BoxFuture<'static, ()> {
-    let evictor = Evictor {
-        client,
-        nodes: informers.get::<Node>().store,
-        pods: informers.get::<Pod>().store,
-        first_seen: HashMap::new(),
-    };
-    let (nodes, pods) = (evictor.nodes.clone(), evictor.pods.clone());
-    let ready = async move {
-        let _ = nodes.wait_until_ready().await;
-        let _ = pods.wait_until_ready().await;
-    };
-    let evictor = std::sync::Arc::new(tokio::sync::Mutex::new(evictor));
-    every(Duration::from_secs(1), shutdown, ready, move || {
-        let evictor = evictor.clone();
-        async move { evictor.lock().await.pass().await }.boxed()
     })
     .boxed()
 }

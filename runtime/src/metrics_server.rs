@@ -1,5 +1,6 @@
-//! kube-proxy's metrics endpoint (`--proxy-metrics-bind-address`, 127.0.0.1:10249 as
-//! upstream): `/metrics` in the Prometheus text format and `/healthz`, over plain HTTP.
+//! A component's metrics endpoint: `/metrics` in the Prometheus text format and `/healthz`
+//! (`/livez`), over plain HTTP — kube-proxy's `--metrics-bind-address` (127.0.0.1:10249) and
+//! the standalone scheduler's and controller-manager's `--metrics-bind-address`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -14,18 +15,14 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::proxy::Metrics;
-
-/// Binds `address` and serves `metrics` until `shutdown`; returns the bound address.
+/// Binds `address` and serves `registry` until `shutdown`; returns the bound address.
 pub async fn serve(
     address: SocketAddr,
-    metrics: Arc<Metrics>,
+    registry: Registry,
     shutdown: CancellationToken,
-) -> anyhow::Result<SocketAddr> {
+) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(address).await?;
     let bound = listener.local_addr()?;
-    let mut registry = Registry::default();
-    metrics.register(&mut registry);
     let registry = Arc::new(registry);
     tokio::spawn(async move {
         loop {
