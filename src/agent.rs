@@ -16,16 +16,14 @@ use tokio_util::sync::CancellationToken;
 
 /// Where containerd's CRI socket usually is.
 pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
-/// The pod range of a managed containerd's bridge network (k3s' first node range).
-pub const DEFAULT_POD_CIDR: &str = "10.42.0.0/24";
-
 /// The container runtime an agent uses: `given`; else the system containerd when its socket
 /// exists; else a containerd of its own under `dir` when containerd is installed (returned so
-/// the caller stops it); else none.
+/// the caller stops it), its pod network `pod_cidr` or else the Node's `spec.podCIDRs`; else
+/// none.
 pub async fn container_runtime(
     given: Option<&str>,
     dir: &std::path::Path,
-    pod_cidr: &str,
+    pod_cidr: Option<&str>,
 ) -> Result<Option<(String, Option<rudder_kubelet::containerd::Managed>)>> {
     if let Some(endpoint) = given {
         return Ok(Some((endpoint.to_owned(), None)));
@@ -81,9 +79,10 @@ pub struct AgentArgs {
     /// containerd of the agent's own under --data-dir.
     #[arg(long)]
     container_runtime_endpoint: Option<String>,
-    /// The pod address range of the agent's own containerd (its CNI bridge network).
-    #[arg(long, default_value = DEFAULT_POD_CIDR)]
-    pod_cidr: String,
+    /// The pod address range of the agent's own containerd (its CNI bridge network); by
+    /// default the Node's `spec.podCIDRs`, which node IPAM assigns.
+    #[arg(long)]
+    pod_cidr: Option<String>,
     /// The Node's name (default: the host name).
     #[arg(long)]
     node_name: Option<String>,
@@ -227,7 +226,7 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
     let Some((endpoint, managed)) = container_runtime(
         args.container_runtime_endpoint.as_deref(),
         &args.data_dir.join("containerd"),
-        &args.pod_cidr,
+        args.pod_cidr.as_deref(),
     )
     .await?
     else {

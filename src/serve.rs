@@ -153,9 +153,10 @@ pub struct ServerArgs {
     /// `<data-dir>/containerd` (when containerd is installed).
     #[arg(long)]
     container_runtime_endpoint: Option<String>,
-    /// The pod address range of Rudder's own containerd (its CNI bridge network).
-    #[arg(long, default_value = crate::agent::DEFAULT_POD_CIDR)]
-    pod_cidr: String,
+    /// The pod address range of Rudder's own containerd (its CNI bridge network); by default
+    /// this node's `spec.podCIDRs`, which node IPAM assigns out of --cluster-cidr.
+    #[arg(long)]
+    pod_cidr: Option<String>,
     /// This server's node name (default: the host name).
     #[arg(long)]
     node_name: Option<String>,
@@ -413,7 +414,7 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
 struct LocalAgent {
     data_dir: PathBuf,
     container_runtime_endpoint: Option<String>,
-    pod_cidr: String,
+    pod_cidr: Option<String>,
     node_name: Option<String>,
     node_ip: Option<std::net::IpAddr>,
     kubelet_port: u16,
@@ -444,7 +445,7 @@ async fn local_agent(
     let Some((endpoint, managed)) = crate::agent::container_runtime(
         args.container_runtime_endpoint.as_deref(),
         &data_dir.join("containerd"),
-        &args.pod_cidr,
+        args.pod_cidr.as_deref(),
     )
     .await?
     else {

@@ -2,6 +2,11 @@
 //! (`restrict_oom_score_adj` — no CAP_SYS_RESOURCE here —, the cgroupfs driver, network
 //! namespaces under its state dir, its own runc root), a bridge + host-local CNI network for the
 //! node's pod range, and the pause image built locally and imported (no registry is reachable).
+//! The pod range is the Node's `spec.podCIDRs`: containerd is given a CNI configuration
+//! template, and the kubelet hands it the ranges once node IPAM has assigned them (CRI
+//! `UpdateRuntimeConfig`, as upstream's kubelet and containerd do); until then containerd
+//! reports its network not ready. A range given on the command line (`--pod-cidr`) is written
+//! as the configuration at once instead.
 //! Stopping it leaves the pods' shims running, so pods survive an agent restart.
 
 use std::path::{Path, PathBuf};
@@ -78,6 +83,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     [plugins."io.containerd.grpc.v1.cri".cni]
       bin_dir = "/usr/lib/cni"
       conf_dir = "{d}/cni/net.d"
+      conf_template = "{d}/cni/{TEMPLATE}"
       max_conf_num = 1
     [plugins."io.containerd.grpc.v1.cri".containerd]
       snapshotter = "overlayfs"
@@ -91,40 +97,78 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     )
 }
 
-/// The CNI network: a bridge named after the directory, host-local addresses from `subnet`
-/// (`10.244.77.0/24`), and portmap for hostPorts.
 /// The bridge's name: `rdr` and a hash of the directory (interface names stay short).
 fn bridge_name(dir: &Path) -> String {
     let hash = format!("{:x}", sha2::Sha256::digest(dir.display().to_string()));
     format!("rdr{}", &hash[..8])
 }
 
-fn conflist(dir: &Path, subnet: &str) -> String {
-    let bridge = bridge_name(dir);
-    let gateway = subnet
-        .rsplit_once('.')
-        .map(|(prefix, _)| format!("{prefix}.1"))
-        .unwrap_or_default();
+/// The CNI configuration template's file name, under `<dir>/cni`.
+const TEMPLATE: &str = "template.conflist";
+/// The configuration a `--pod-cidr` is written to, in the CNI configuration directory.
+const STATIC_CONFLIST: &str = "10-rudder.conflist";
+/// The configuration containerd writes from its template (its fixed name).
+const TEMPLATED_CONFLIST: &str = "10-containerd-net.conflist";
+
+/// The CNI network: a bridge named after the directory, host-local addresses from the pod
+/// ranges (`ranges`, JSON of CNI's range sets) with their default `routes`, and portmap for
+/// hostPorts.
+fn network(dir: &Path, ranges: serde_json::Value, routes: serde_json::Value) -> String {
     serde_json::json!({
         "cniVersion": "1.0.0",
         "name": "rudder",
         "plugins": [
-            {"type": "bridge", "bridge": bridge, "isGateway": true, "ipMasq": false, "hairpinMode": true,
+            {"type": "bridge", "bridge": bridge_name(dir), "isGateway": true, "ipMasq": false,
+             "hairpinMode": true,
              "ipam": {"type": "host-local", "dataDir": format!("{}/cni/ipam", dir.display()),
-                      "ranges": [[{"subnet": subnet, "gateway": gateway}]],
-                      "routes": [{"dst": "0.0.0.0/0"}]}},
+                      "ranges": ranges, "routes": routes}},
             {"type": "portmap", "capabilities": {"portMappings": true}},
         ],
     })
     .to_string()
 }
 
+/// The network for one given range (`10.244.77.0/24`); host-local's gateway is its first
+/// address.
+fn conflist(dir: &Path, subnet: &str) -> String {
+    let route = if subnet.contains(':') {
+        "::/0"
+    } else {
+        "0.0.0.0/0"
+    };
+    network(
+        dir,
+        serde_json::json!([[{ "subnet": subnet }]]),
+        serde_json::json!([{ "dst": route }]),
+    )
+}
+
+/// The network as a template of containerd's (Go `text/template`): one range set per pod
+/// range the kubelet hands over, and the default route of each family.
+fn template(dir: &Path) -> String {
+    // Placeholders in the JSON, then replaced by the template's loops (which are not JSON).
+    let json = network(
+        dir,
+        serde_json::json!(["@RANGES@"]),
+        serde_json::json!(["@ROUTES@"]),
+    );
+    json.replace(
+        r#""@RANGES@""#,
+        r#"{{range $i, $range := .PodCIDRRanges}}{{if $i}},{{end}}[{"subnet":"{{$range}}"}]{{end}}"#,
+    )
+    .replace(
+        r#""@ROUTES@""#,
+        r#"{{range $i, $route := .Routes}}{{if $i}},{{end}}{"dst":"{{$route}}"}{{end}}"#,
+    )
+}
+
 use sha2::Digest as _;
 
 impl Managed {
     /// Writes the configuration under `dir`, starts containerd, and imports the pause and
-    /// busybox images built from `busybox` (a static busybox binary).
-    pub async fn start(dir: &Path, subnet: &str, busybox: &Path) -> Result<Self, Error> {
+    /// busybox images built from `busybox` (a static busybox binary). The pod network is
+    /// `subnet` when given, else made from the ranges the kubelet hands over.
+    pub async fn start(dir: &Path, subnet: Option<&str>, busybox: &Path) -> Result<Self, Error> {
         for sub in ["root", "state", "opt", "logs", "cni/net.d", "cni/ipam"] {
             let path = dir.join(sub);
             std::fs::create_dir_all(&path).map_err(io(format!("creating {}", path.display())))?;
@@ -134,11 +178,24 @@ impl Managed {
             .map_err(io(format!("resolving {}", dir.display())))?;
         std::fs::write(dir.join("containerd.toml"), config(&dir))
             .map_err(io("writing containerd.toml"))?;
-        std::fs::write(
-            dir.join("cni/net.d/10-rudder.conflist"),
-            conflist(&dir, subnet),
-        )
-        .map_err(io("writing the CNI configuration"))?;
+        std::fs::write(dir.join("cni").join(TEMPLATE), template(&dir))
+            .map_err(io("writing the CNI configuration template"))?;
+        // One network configuration at most: the given range's, or the one containerd made
+        // from the template (kept across restarts; a node's ranges do not change).
+        let configured = dir.join("cni/net.d");
+        let (keep, drop) = match subnet {
+            Some(subnet) => {
+                std::fs::write(configured.join(STATIC_CONFLIST), conflist(&dir, subnet))
+                    .map_err(io("writing the CNI configuration"))?;
+                (STATIC_CONFLIST, TEMPLATED_CONFLIST)
+            }
+            None => (TEMPLATED_CONFLIST, STATIC_CONFLIST),
+        };
+        match std::fs::remove_file(configured.join(drop)) {
+            Ok(()) => tracing::info!(kept = keep, dropped = drop, "CNI configuration replaced"),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => return Err(io("removing an old CNI configuration")(error)),
+        }
         let socket = dir.join("containerd.sock");
         let _ = std::fs::remove_file(&socket);
         let log_path = dir.join("logs/containerd.log");
@@ -268,5 +325,53 @@ impl Managed {
                 .status()
                 .await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_given_range_is_a_bridge_network_of_its_family() {
+        let dir = Path::new("/var/lib/rudder/containerd");
+        let parsed: serde_json::Value =
+            serde_json::from_str(&conflist(dir, "10.244.77.0/24")).expect("JSON");
+        let ipam = &parsed["plugins"][0]["ipam"];
+        assert_eq!(parsed["plugins"][0]["bridge"], bridge_name(dir));
+        assert_eq!(
+            ipam["ranges"],
+            serde_json::json!([[{"subnet": "10.244.77.0/24"}]])
+        );
+        assert_eq!(ipam["routes"], serde_json::json!([{"dst": "0.0.0.0/0"}]));
+        let parsed: serde_json::Value =
+            serde_json::from_str(&conflist(dir, "fd42::/64")).expect("JSON");
+        assert_eq!(
+            parsed["plugins"][0]["ipam"]["routes"],
+            serde_json::json!([{"dst": "::/0"}])
+        );
+    }
+
+    /// The template, with its loops run by hand over two ranges as containerd's would, is
+    /// the JSON of a dual-stack network.
+    #[test]
+    fn the_template_makes_one_range_set_per_pod_range() {
+        let dir = Path::new("/var/lib/rudder/containerd");
+        let text = template(dir);
+        let ranges = r#"{{range $i, $range := .PodCIDRRanges}}{{if $i}},{{end}}[{"subnet":"{{$range}}"}]{{end}}"#;
+        let routes =
+            r#"{{range $i, $route := .Routes}}{{if $i}},{{end}}{"dst":"{{$route}}"}{{end}}"#;
+        assert!(text.contains(ranges) && text.contains(routes), "{text}");
+        let rendered = text
+            .replace(
+                ranges,
+                r#"[{"subnet":"10.42.1.0/24"}],[{"subnet":"fd42:0:0:1::/64"}]"#,
+            )
+            .replace(routes, r#"{"dst":"0.0.0.0/0"},{"dst":"::/0"}"#);
+        let parsed: serde_json::Value = serde_json::from_str(&rendered).expect("JSON");
+        let ipam = &parsed["plugins"][0]["ipam"];
+        assert_eq!(ipam["ranges"][1][0]["subnet"], "fd42:0:0:1::/64");
+        assert_eq!(ipam["routes"][1]["dst"], "::/0");
+        assert_eq!(ipam["type"], "host-local");
     }
 }

@@ -203,6 +203,12 @@ pub async fn run(
     }
     tracing::info!(node = %config.node_name, runtime = %version.name, port = kubelet_port, "node registered");
     if !config.hollow {
+        tasks.spawn(node::follow_pod_cidrs(
+            client.clone(),
+            config.node_name.clone(),
+            runtime.clone(),
+            shutdown.clone(),
+        ));
         tasks.spawn(storage::sweep_until(
             client.clone(),
             storage::base(&config.data_dir),

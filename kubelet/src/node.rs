@@ -1,7 +1,9 @@
 //! The agent's Node: registration (capacity and allocatable from the machine, addresses,
 //! nodeInfo, the kubelet port), the conditions Ready / MemoryPressure / DiskPressure /
 //! PIDPressure, written when they change and at least every 5 minutes, and the heartbeat Lease
-//! in `kube-node-lease`, renewed every 10 seconds (upstream's timings).
+//! in `kube-node-lease`, renewed every 10 seconds (upstream's timings). Once node IPAM gives
+//! the Node its `spec.podCIDRs`, they are handed to the container runtime, whose pod network
+//! is made from them ([`follow_pod_cidrs`]).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -346,6 +348,58 @@ pub async fn heartbeat(
     }
 }
 
+/// The Node's pod ranges as CRI takes them: `spec.podCIDRs` (or the older `spec.podCIDR`)
+/// comma-separated; `None` until node IPAM has given some.
+pub fn pod_cidrs_of(node: &Node) -> Option<String> {
+    let spec = node.spec.as_ref()?;
+    let cidrs = match (&spec.pod_cidrs, &spec.pod_cidr) {
+        (Some(all), _) if !all.is_empty() => all.join(","),
+        (_, Some(one)) if !one.is_empty() => one.clone(),
+        _ => return None,
+    };
+    Some(cidrs)
+}
+
+/// Waits for the Node's `spec.podCIDRs` and hands them to the runtime, as upstream's kubelet
+/// does with CRI `UpdateRuntimeConfig` (the ranges cannot change once given, so this ends
+/// there). The Node is looked at every second for half a minute, then every 10 s, so a node
+/// whose IPAM is slow or missing costs little.
+pub async fn follow_pod_cidrs(
+    client: kube::Client,
+    name: String,
+    runtime: Arc<dyn Runtime>,
+    shutdown: CancellationToken,
+) {
+    let nodes: Api<Node> = Api::all(client);
+    for attempt in 0u32.. {
+        let wait = if attempt < 30 {
+            Duration::from_secs(1)
+        } else {
+            CHECK_EVERY
+        };
+        match nodes.get(&name).await.map(|node| pod_cidrs_of(&node)) {
+            Ok(Some(cidrs)) => match runtime.update_pod_cidr(&cidrs).await {
+                Ok(()) => {
+                    tracing::info!(node = %name, %cidrs, "pod ranges handed to the container runtime");
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(node = %name, %error, "handing the pod ranges to the runtime")
+                }
+            },
+            Ok(None) if attempt == 30 => {
+                tracing::warn!(node = %name, "the node has no spec.podCIDR yet: is node IPAM running?")
+            }
+            Ok(None) => {}
+            Err(error) => tracing::warn!(node = %name, %error, "reading the node's pod ranges"),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = shutdown.cancelled() => return,
+        }
+    }
+}
+
 /// Renews the Lease with one write: the last version written is kept, so a renewal is a
 /// replace of it; a conflict or a missing Lease costs a read (or a create) once.
 async fn renew(leases: &Api<Lease>, name: &str, held: &mut Option<Lease>) -> kube::Result<()> {
@@ -379,4 +433,39 @@ async fn renew(leases: &Api<Lease>, name: &str, held: &mut Option<Lease>) -> kub
     };
     *held = Some(written);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::NodeSpec;
+
+    fn node(pod_cidr: Option<&str>, pod_cidrs: Option<&[&str]>) -> Node {
+        Node {
+            spec: Some(NodeSpec {
+                pod_cidr: pod_cidr.map(str::to_owned),
+                pod_cidrs: pod_cidrs.map(|all| all.iter().map(|c| c.to_string()).collect()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn pod_ranges_are_handed_over_as_cri_takes_them() {
+        assert_eq!(pod_cidrs_of(&Node::default()), None);
+        assert_eq!(pod_cidrs_of(&node(None, Some(&[]))), None);
+        assert_eq!(
+            pod_cidrs_of(&node(Some("10.42.1.0/24"), None)).as_deref(),
+            Some("10.42.1.0/24")
+        );
+        assert_eq!(
+            pod_cidrs_of(&node(
+                Some("10.42.1.0/24"),
+                Some(&["10.42.1.0/24", "fd42:0:0:1::/64"])
+            ))
+            .as_deref(),
+            Some("10.42.1.0/24,fd42:0:0:1::/64")
+        );
+    }
 }

@@ -48,18 +48,19 @@ impl RudderServer {
     }
 
     /// Servers run no node agent unless the test asks for one (a runtime endpoint, a pod range
-    /// for the server's own containerd) or says so itself: on a machine with containerd every
-    /// server would otherwise start a containerd of its own and run the tests' pods for real.
+    /// for the server's own containerd, a kubelet port) or says so itself: on a machine with
+    /// containerd every server would otherwise start a containerd of its own and run the tests'
+    /// pods for real.
     fn start_command(mut command: Command, storage_url: &str, args: &[&str]) -> RudderServer {
-        let wants_agent = args.iter().any(|arg| {
-            [
-                "--disable-agent",
-                "--container-runtime-endpoint",
-                "--pod-cidr",
-            ]
-            .iter()
-            .any(|flag| arg.starts_with(flag))
-        });
+        let given = |flag: &str| args.iter().any(|arg| arg.starts_with(flag));
+        let wants_agent = [
+            "--disable-agent",
+            "--container-runtime-endpoint",
+            "--pod-cidr",
+            "--kubelet-port",
+        ]
+        .into_iter()
+        .any(given);
         let no_agent: &[&str] = if wants_agent {
             &[]
         } else {
@@ -67,13 +68,11 @@ impl RudderServer {
         };
         // An agent in the tests' own network namespace routes no Services and serves no DNS
         // unless the test names the pod network (the network tests run theirs in a namespace
-        // of their own).
-        let wants_network = args.iter().any(|arg| arg.starts_with("--cluster-cidr"));
-        let no_network: &[&str] = if wants_agent && !wants_network {
-            &["--disable-kube-proxy", "--disable-cluster-dns"]
-        } else {
-            &[]
-        };
+        // of their own) and does not say otherwise itself.
+        let no_network: Vec<&str> = ["--disable-kube-proxy", "--disable-cluster-dns"]
+            .into_iter()
+            .filter(|flag| wants_agent && !given("--cluster-cidr") && !given(flag))
+            .collect();
         let listen: &[&str] = if args.iter().any(|arg| arg.starts_with("--listen")) {
             &[]
         } else {
@@ -89,7 +88,7 @@ impl RudderServer {
             .args(["--storage", storage_url])
             .args(args)
             .args(no_agent)
-            .args(no_network)
+            .args(&no_network)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("server log file"))

@@ -639,7 +639,9 @@ async fn an_agent_joined_with_a_bootstrap_token_runs_pods() {
 }
 
 /// `rudder server` without a runtime endpoint starts a containerd of its own (as
-/// scripts/run.sh relies on), runs a pod on it, and stops it when the server stops.
+/// scripts/run.sh relies on), whose pod network is the range node IPAM gives the node (handed
+/// over through CRI `UpdateRuntimeConfig`), runs a pod on it, and stops it when the server
+/// stops.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_runs_a_containerd_of_its_own() {
     // Only where the packages are (scripts/test.sh installs them; the other tests' containerd
@@ -656,8 +658,10 @@ async fn the_server_runs_a_containerd_of_its_own() {
             "0",
             "--node-name",
             "managed",
-            "--pod-cidr",
-            "10.244.81.0/24",
+            "--cluster-cidr",
+            "10.244.80.0/20",
+            "--disable-kube-proxy",
+            "--disable-cluster-dns",
         ],
     );
     let kubectl = Kubectl {
@@ -691,9 +695,13 @@ async fn the_server_runs_a_containerd_of_its_own() {
         kubectl.jsonpath("pod", "own", "{.status.phase}") == "Running"
     })
     .await;
-    assert!(kubectl
-        .jsonpath("pod", "own", "{.status.podIP}")
-        .starts_with("10.244.81."));
+    // The node's first block of the cluster range, and the pod's address in it.
+    assert_eq!(
+        kubectl.jsonpath("node", "managed", "{.spec.podCIDR}"),
+        "10.244.80.0/24"
+    );
+    let ip = kubectl.jsonpath("pod", "own", "{.status.podIP}");
+    assert!(ip.starts_with("10.244.80."), "{ip}");
     until("its log", 10, || {
         kubectl.run(&["logs", "own"]).stdout == b"from our own containerd\n"
     })

@@ -82,6 +82,19 @@ impl Runtime for CriRuntime {
         Ok(ready("RuntimeReady") && ready("NetworkReady"))
     }
 
+    async fn update_pod_cidr(&self, pod_cidrs: &str) -> Result<()> {
+        self.rt()
+            .update_runtime_config(api::UpdateRuntimeConfigRequest {
+                runtime_config: Some(api::RuntimeConfig {
+                    network_config: Some(api::NetworkConfig {
+                        pod_cidr: pod_cidrs.to_owned(),
+                    }),
+                }),
+            })
+            .await?;
+        Ok(())
+    }
+
     async fn image_status(&self, image: &str) -> Result<Option<api::Image>> {
         let reply = self
             .images

@@ -175,6 +175,12 @@ impl Runtime for FakeRuntime {
         Ok(true)
     }
 
+    /// Sandboxes take their addresses from the runtime's own counter: the ranges change
+    /// nothing.
+    async fn update_pod_cidr(&self, _pod_cidrs: &str) -> Result<()> {
+        Ok(())
+    }
+
     async fn image_status(&self, image: &str) -> Result<Option<api::Image>> {
         let state = self.lock();
         let id = match state.images.get(image) {

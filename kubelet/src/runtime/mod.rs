@@ -46,6 +46,10 @@ pub trait Runtime: Send + Sync + 'static {
     async fn version(&self) -> Result<Version>;
     /// Whether both the runtime and its network are ready (CRI `Status`).
     async fn ready(&self) -> Result<bool>;
+    /// Hands the Node's pod ranges (`spec.podCIDRs`, comma-separated) to the runtime (CRI
+    /// `UpdateRuntimeConfig`); containerd writes its CNI configuration from its template
+    /// with them when it has a template and no network yet.
+    async fn update_pod_cidr(&self, pod_cidrs: &str) -> Result<()>;
 
     /// The image `image` names, if the runtime has it (never contacts a registry).
     async fn image_status(&self, image: &str) -> Result<Option<api::Image>>;
