@@ -60,6 +60,43 @@ pub async fn container_runtime(
     }
 }
 
+/// The kubelet's eviction and image garbage collection flags (upstream's names and defaults).
+#[derive(clap::Args, Clone, Debug)]
+pub struct EvictionArgs {
+    /// Hard eviction thresholds, `signal<amount` comma-separated (memory.available,
+    /// nodefs.available, nodefs.inodesFree, imagefs.available, imagefs.inodesFree,
+    /// pid.available; a quantity or a percentage); empty turns hard eviction off.
+    #[arg(long, default_value = rudder_kubelet::eviction::thresholds::DEFAULT_HARD)]
+    pub eviction_hard: String,
+    /// How long a pressure condition stays after its signal clears.
+    #[arg(long, default_value = "5m", value_parser = crate::serve::parse_interval)]
+    pub eviction_pressure_transition_period: Duration,
+    /// Image filesystem usage (percent) at which unused images are removed (100: never).
+    #[arg(long, default_value_t = 85)]
+    pub image_gc_high_threshold: u8,
+    /// Image filesystem usage (percent) image garbage collection brings it down to.
+    #[arg(long, default_value_t = 80)]
+    pub image_gc_low_threshold: u8,
+}
+
+impl EvictionArgs {
+    /// The kubelet's settings, or what is wrong with the flags.
+    pub fn settings(&self) -> Result<rudder_kubelet::eviction::Settings> {
+        let hard = rudder_kubelet::eviction::thresholds::parse(&self.eviction_hard)
+            .map_err(|error| anyhow::anyhow!("--eviction-hard: {error}"))?;
+        let image_gc = rudder_kubelet::image_gc::Policy::new(
+            self.image_gc_high_threshold,
+            self.image_gc_low_threshold,
+        )
+        .map_err(|error| anyhow::anyhow!("{error}"))?;
+        Ok(rudder_kubelet::eviction::Settings {
+            hard,
+            transition_period: self.eviction_pressure_transition_period,
+            image_gc,
+        })
+    }
+}
+
 #[derive(clap::Args)]
 pub struct AgentArgs {
     /// The apiserver to join (`https://HOST:6443`), with --token.
@@ -113,6 +150,8 @@ pub struct AgentArgs {
     hollow: Option<usize>,
     #[command(flatten)]
     network: crate::network::NetworkArgs,
+    #[command(flatten)]
+    eviction: EvictionArgs,
     /// Delete the Service routing rules (the nftables table `ip rudder`) and exit.
     #[arg(long)]
     cleanup: bool,
@@ -156,6 +195,7 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
         let client = crate::serve::client_for(kubeconfig).await?;
         return run_hollow(client, node_name, count, args.max_pods, shutdown).await;
     }
+    let eviction = args.eviction.settings()?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating {}", args.data_dir.display()))?;
     let (client, ca_pem) = match (&args.kubeconfig, &args.server, &args.token) {
@@ -210,6 +250,7 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
     });
     config.labels = labels(&args.node_labels)?;
     config.max_pods = args.max_pods;
+    config.eviction = eviction;
     let (_network, network_labels, cluster_dns) = crate::network::start(
         &args.network,
         client.clone(),

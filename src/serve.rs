@@ -175,6 +175,8 @@ pub struct ServerArgs {
     hollow_nodes: usize,
     #[command(flatten)]
     network: crate::network::NetworkArgs,
+    #[command(flatten)]
+    eviction: crate::agent::EvictionArgs,
 }
 
 #[derive(clap::Args)]
@@ -262,6 +264,7 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
         cluster_dns: args.cluster_dns.clone(),
         network: args.network.clone(),
         default_dns: args.service_cluster_ip_range.nth(10).to_string(),
+        eviction: args.eviction.settings()?,
     };
     let (url, store) = open_store(args.storage, &args.data_dir).await?;
     let config = rudder_apiserver::Config {
@@ -422,6 +425,7 @@ struct LocalAgent {
     network: crate::network::NetworkArgs,
     /// The DNS Service's address in this server's service range.
     default_dns: String,
+    eviction: rudder_kubelet::eviction::Settings,
 }
 
 /// This server's own node agent, when there is a container runtime (given, the system's, or
@@ -482,6 +486,7 @@ async fn local_agent(
         &[ip, std::net::IpAddr::from([127, 0, 0, 1])],
     )?;
     let mut config = rudder_kubelet::Config::new(&name, ip, data_dir.join("agent"));
+    config.eviction = args.eviction.clone();
     config.listen = Some(std::net::SocketAddr::new(
         std::net::IpAddr::from([0, 0, 0, 0]),
         args.kubelet_port,

@@ -8,11 +8,14 @@
 pub mod bootstrap;
 pub mod cgroups;
 pub mod containerd;
+pub mod eviction;
+pub mod image_gc;
 pub mod images;
 pub mod node;
 pub mod pods;
 pub mod runtime;
 pub mod server;
+pub mod stats;
 pub mod storage;
 
 use std::collections::BTreeMap;
@@ -57,6 +60,8 @@ pub struct Config {
     pub hollow: bool,
     /// How often a quiet pod is looked at again.
     pub resync: Duration,
+    /// Hard eviction thresholds, pressure conditions and image garbage collection.
+    pub eviction: eviction::Settings,
 }
 
 impl Config {
@@ -75,6 +80,7 @@ impl Config {
             cgroup_root: "/rudder-kubepods".into(),
             hollow: false,
             resync: Duration::from_secs(1),
+            eviction: eviction::Settings::default(),
         }
     }
 
@@ -154,6 +160,22 @@ pub async fn run(
         node::machine_capacity(&config.data_dir, config.max_pods)
     };
     let mut tasks = tokio::task::JoinSet::new();
+    let settings = NodeSettings {
+        log_root: config.data_dir.join("logs"),
+        cgroup_root: config.cgroup_root.clone(),
+        cluster_dns: config.cluster_dns.clone(),
+        cluster_domain: config.cluster_domain.clone(),
+        host_dns: host_resolvers(),
+    };
+    let pods = pods::Handle::default();
+    let collector = Arc::new(stats::Collector::new(
+        runtime.clone(),
+        &config.node_name,
+        config.data_dir.clone(),
+        settings.clone(),
+        pods.clone(),
+    ));
+    let (pressure_sender, pressure) = tokio::sync::watch::channel(eviction::Pressure::default());
     let mut kubelet_port = 10250;
     if let (Some(listen), Some(serving)) = (config.listen, &config.serving) {
         let listener = tokio::net::TcpListener::bind(listen)
@@ -164,6 +186,7 @@ pub async fn run(
             runtime: runtime.clone(),
             auth: server::auth::Authenticator::new(client.clone()),
             node_name: config.node_name.clone(),
+            stats: Some(collector.clone()),
         });
         tasks.spawn(server::serve(
             listener,
@@ -214,11 +237,20 @@ pub async fn run(
             storage::base(&config.data_dir),
             shutdown.clone(),
         ));
+        let evictions = eviction::Manager::new(
+            config.eviction.clone(),
+            collector,
+            runtime.clone(),
+            pods.clone(),
+            pressure_sender,
+        );
+        tasks.spawn(evictions.run(shutdown.clone()));
     }
     tasks.spawn(node::heartbeat(
         client.clone(),
         identity.clone(),
         runtime.clone(),
+        pressure.clone(),
         shutdown.clone(),
     ));
     let ctx = Arc::new(Context {
@@ -227,18 +259,14 @@ pub async fn run(
         node_name: config.node_name.clone(),
         host_ip: config.node_ip.to_string(),
         root: config.data_dir.clone(),
-        settings: NodeSettings {
-            log_root: config.data_dir.join("logs"),
-            cgroup_root: config.cgroup_root.clone(),
-            cluster_dns: config.cluster_dns.clone(),
-            cluster_domain: config.cluster_domain.clone(),
-            host_dns: host_resolvers(),
-        },
+        settings,
         runtime_name: version.name,
         hollow: config.hollow,
         allocatable: capacity.into_iter().map(|(k, v)| (k, v.0)).collect(),
         resync: config.resync,
         recorder,
+        pods,
+        pressure,
     });
     pods::Manager::new(ctx).run(shutdown.clone()).await;
     tasks.shutdown().await;

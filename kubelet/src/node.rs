@@ -19,8 +19,10 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::Api;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::eviction::Pressure;
 use crate::runtime::Runtime;
 
 /// Where the heartbeat Leases live.
@@ -157,6 +159,7 @@ fn condition(
 fn status(
     identity: &Identity,
     ready: Result<(), String>,
+    pressure: &Pressure,
     previous: Option<&NodeStatus>,
 ) -> NodeStatus {
     let (ready_ok, ready_reason, ready_message) = match &ready {
@@ -187,27 +190,57 @@ fn status(
         }),
         node_info: Some(identity.system.clone()),
         conditions: Some(vec![
-            condition(
-                "MemoryPressure",
-                false,
-                "KubeletHasSufficientMemory",
-                "kubelet has sufficient memory available",
-                previous,
-            ),
-            condition(
-                "DiskPressure",
-                false,
-                "KubeletHasNoDiskPressure",
-                "kubelet has no disk pressure",
-                previous,
-            ),
-            condition(
-                "PIDPressure",
-                false,
-                "KubeletHasSufficientPID",
-                "kubelet has sufficient PID available",
-                previous,
-            ),
+            if pressure.memory {
+                condition(
+                    "MemoryPressure",
+                    true,
+                    "KubeletHasInsufficientMemory",
+                    "kubelet has insufficient memory available",
+                    previous,
+                )
+            } else {
+                condition(
+                    "MemoryPressure",
+                    false,
+                    "KubeletHasSufficientMemory",
+                    "kubelet has sufficient memory available",
+                    previous,
+                )
+            },
+            if pressure.disk {
+                condition(
+                    "DiskPressure",
+                    true,
+                    "KubeletHasDiskPressure",
+                    "kubelet has disk pressure",
+                    previous,
+                )
+            } else {
+                condition(
+                    "DiskPressure",
+                    false,
+                    "KubeletHasNoDiskPressure",
+                    "kubelet has no disk pressure",
+                    previous,
+                )
+            },
+            if pressure.pid {
+                condition(
+                    "PIDPressure",
+                    true,
+                    "KubeletHasInsufficientPID",
+                    "kubelet has insufficient PID available",
+                    previous,
+                )
+            } else {
+                condition(
+                    "PIDPressure",
+                    false,
+                    "KubeletHasSufficientPID",
+                    "kubelet has sufficient PID available",
+                    previous,
+                )
+            },
             condition("Ready", ready_ok, ready_reason, &ready_message, previous),
         ]),
         ..Default::default()
@@ -282,7 +315,12 @@ pub async fn register(
         Err(error) => return Err(error),
     }
     let existing = nodes.get_status(&identity.name).await?;
-    let first = status(identity, readiness(runtime).await, existing.status.as_ref());
+    let first = status(
+        identity,
+        readiness(runtime).await,
+        &Pressure::default(),
+        existing.status.as_ref(),
+    );
     let patch = Node {
         status: Some(first),
         ..Default::default()
@@ -303,12 +341,14 @@ pub async fn heartbeat(
     client: kube::Client,
     identity: Arc<Identity>,
     runtime: Arc<dyn Runtime>,
+    mut pressure: watch::Receiver<Pressure>,
     shutdown: CancellationToken,
 ) {
     let nodes: Api<Node> = Api::all(client.clone());
     let leases: Api<Lease> = Api::namespaced(client, LEASE_NAMESPACE);
     let mut last: Option<(NodeStatus, tokio::time::Instant)> = None;
     let mut lease: Option<Lease> = None;
+    let mut pressure_open = true;
     let mut lease_tick = tokio::time::interval(RENEW_EVERY);
     let mut status_tick = tokio::time::interval(CHECK_EVERY);
     lease_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -320,9 +360,19 @@ pub async fn heartbeat(
                     tracing::warn!(node = %identity.name, %error, "renewing the node's lease");
                 }
             }
+            changed = pressure.changed(), if pressure_open => {
+                if changed.is_ok() {
+                    // A pressure condition came or went: report it at once.
+                    status_tick.reset_immediately();
+                } else {
+                    // No eviction manager (hollow nodes have none): the last word stands.
+                    pressure_open = false;
+                }
+            }
             _ = status_tick.tick() => {
                 let ready = readiness(runtime.as_ref()).await;
-                let next = status(&identity, ready, last.as_ref().map(|(s, _)| s));
+                let now_pressure = pressure.borrow().clone();
+                let next = status(&identity, ready, &now_pressure, last.as_ref().map(|(s, _)| s));
                 let mut due = match &last {
                     None => true,
                     Some((old, at)) => essence(old) != essence(&next) || at.elapsed() >= REPORT_EVERY,

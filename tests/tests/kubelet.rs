@@ -3,7 +3,8 @@
 //! `RUDDER_TEST_CONTAINERD`) — Running with a pod IP that answers HTTP, `logs` (and `-f`),
 //! `exec` with kubectl 1.27 (SPDY), 1.30 and 1.33, `cp` both ways, `port-forward`,
 //! CrashLoopBackOff, a liveness restart, a Job to Completed, a configMap volume that follows
-//! updates, and deletion; and hollow nodes (fake runtime) running a Deployment and a Job.
+//! updates, the Summary API and resource metrics through nodes/proxy, eviction of a pod over
+//! its emptyDir sizeLimit, and deletion; and hollow nodes (fake runtime) running a Deployment and a Job.
 
 // Test code: a failed expectation is meant to panic.
 #![allow(clippy::unwrap_used)]
@@ -161,6 +162,117 @@ async fn pods_run_on_containerd_and_kubectl_reaches_them() {
     assert!(pod["status"]["hostIP"]
         .as_str()
         .is_some_and(|ip| !ip.is_empty()));
+
+    // The node's and the pod's usage through the apiserver's nodes/proxy: the Summary API
+    // and the Prometheus resource metrics metrics-server scrapes.
+    let node_proxy = "/api/v1/nodes/rudder-kubelet-test/proxy";
+    let summary: serde_json::Value = serde_json::from_str(&kubectl.ok(&[
+        "get",
+        "--raw",
+        &format!("{node_proxy}/stats/summary"),
+    ]))
+    .unwrap();
+    assert_eq!(summary["node"]["nodeName"], "rudder-kubelet-test");
+    assert!(
+        summary["node"]["memory"]["workingSetBytes"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert!(summary["node"]["fs"]["capacityBytes"].as_u64().unwrap() > 0);
+    assert!(
+        summary["node"]["runtime"]["imageFs"]["usedBytes"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    let web_stats = summary["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["podRef"]["name"] == "web")
+        .unwrap_or_else(|| panic!("web is not in the summary: {summary}"));
+    let web_container = &web_stats["containers"][0];
+    assert_eq!(web_container["name"], "web");
+    assert!(web_container["memory"]["workingSetBytes"].as_u64().unwrap() > 0);
+    assert!(
+        web_container["cpu"]["usageCoreNanoSeconds"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert!(web_stats["ephemeral-storage"]["usedBytes"]
+        .as_u64()
+        .is_some());
+    let metrics = kubectl.ok(&["get", "--raw", &format!("{node_proxy}/metrics/resource")]);
+    for family in [
+        "container_memory_working_set_bytes{container=\"web\",namespace=\"default\",pod=\"web\"}",
+        "container_cpu_usage_seconds_total{container=\"web\",namespace=\"default\",pod=\"web\"}",
+        "pod_memory_working_set_bytes{namespace=\"default\",pod=\"web\"}",
+        "node_memory_working_set_bytes ",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l.starts_with(family)),
+            "{family} missing from\n{metrics}"
+        );
+    }
+
+    // A pod that outgrows its emptyDir's sizeLimit is evicted: Failed, reason Evicted, with
+    // upstream's message and a DisruptionTarget condition; its containers are gone.
+    kubectl.ok(&[
+        "apply",
+        "-f",
+        &kubectl.file(
+            "filler.yaml",
+            &format!(
+                r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: filler}}
+spec:
+  containers:
+  - name: fill
+    image: {IMAGE}
+    command: [sh, -c, "dd if=/dev/zero of=/data/blob bs=1024 count=3072 && sleep 3600"]
+    volumeMounts: [{{name: data, mountPath: /data}}]
+  volumes:
+  - name: data
+    emptyDir: {{sizeLimit: 1Mi}}
+"#
+            ),
+        ),
+    ]);
+    until("filler is evicted", 60, || {
+        kubectl.jsonpath("pod", "filler", "{.status.reason}") == "Evicted"
+    })
+    .await;
+    let filler = kubectl.json(&["get", "pod", "filler"]);
+    assert_eq!(filler["status"]["phase"], "Failed", "{filler}");
+    assert_eq!(
+        filler["status"]["message"],
+        "Usage of EmptyDir volume \"data\" exceeds the limit \"1Mi\". "
+    );
+    let disruption = filler["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "DisruptionTarget")
+        .unwrap_or_else(|| panic!("no DisruptionTarget: {filler}"));
+    assert_eq!(disruption["reason"], "TerminationByKubelet");
+    assert_eq!(
+        filler["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 137,
+        "{filler}"
+    );
+    let events = kubectl.ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=filler,reason=Evicted",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    assert!(events.contains("Usage of EmptyDir volume"), "{events}");
+    kubectl.ok(&["delete", "pod", "filler", "--wait=false"]);
 
     // exec over SPDY (1.27) and WebSocket (1.30+), cp both ways.
     for version in ["1.27", "1.30", "1.33"] {

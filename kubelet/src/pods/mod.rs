@@ -14,7 +14,7 @@ pub mod volumes;
 pub mod worker;
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -27,10 +27,73 @@ use tokio_util::task::TaskTracker;
 use crate::runtime::{api, labels};
 use worker::{Context, Update};
 
+/// What the rest of the agent may see and ask of the pod workers: the pods that have workers
+/// (for stats and eviction ranking), and eviction — a pod marked here is killed by its worker
+/// and ends Failed with reason `Evicted`. Clones share one state.
+#[derive(Clone, Default)]
+pub struct Handle {
+    workers: Arc<Mutex<HashMap<String, watch::Sender<Update>>>>,
+    evictions: Arc<Mutex<HashMap<String, String>>>,
+}
+
+impl Handle {
+    fn workers(&self) -> MutexGuard<'_, HashMap<String, watch::Sender<Update>>> {
+        self.workers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn evictions(&self) -> MutexGuard<'_, HashMap<String, String>> {
+        self.evictions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The latest version of every pod that has a worker.
+    pub fn pods(&self) -> Vec<Arc<Pod>> {
+        self.workers()
+            .values()
+            .filter_map(|sender| match &*sender.borrow() {
+                Update::Pod(pod) => Some(pod.clone()),
+                Update::Gone => None,
+            })
+            .collect()
+    }
+
+    /// Asks the worker of pod `uid` to evict it with `message`; false when it has none.
+    pub fn evict(&self, uid: &str, message: String) -> bool {
+        let workers = self.workers();
+        let Some(sender) = workers.get(uid) else {
+            return false;
+        };
+        self.evictions().insert(uid.to_owned(), message);
+        // Wakes the worker with the pod it has.
+        sender.send_modify(|_| {});
+        true
+    }
+
+    /// Why pod `uid` is to be evicted, if it is.
+    pub fn eviction_of(&self, uid: &str) -> Option<String> {
+        self.evictions().get(uid).cloned()
+    }
+
+    /// Tracks `pod` as if it had a worker (for tests of what reads the handle).
+    #[cfg(test)]
+    pub(crate) fn track(&self, pod: Pod) -> watch::Receiver<Update> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let (sender, receiver) = watch::channel(Update::Pod(Arc::new(pod)));
+        self.workers().insert(uid, sender);
+        receiver
+    }
+
+    fn forget(&self, uid: &str) {
+        self.evictions().remove(uid);
+    }
+}
+
 /// The workers of one node.
 pub struct Manager {
     ctx: Arc<Context>,
-    workers: HashMap<String, watch::Sender<Update>>,
     /// Sandboxes found at start, by pod uid, not yet claimed by a worker.
     found: HashMap<String, Vec<api::PodSandbox>>,
     tasks: TaskTracker,
@@ -40,7 +103,6 @@ impl Manager {
     pub fn new(ctx: Arc<Context>) -> Self {
         Self {
             ctx,
-            workers: HashMap::new(),
             found: HashMap::new(),
             tasks: TaskTracker::new(),
         }
@@ -51,7 +113,7 @@ impl Manager {
             return;
         };
         let pod = Arc::new(pod);
-        if let Some(sender) = self.workers.get(&uid) {
+        if let Some(sender) = self.ctx.pods.workers().get(&uid) {
             sender.send_replace(Update::Pod(pod));
             return;
         }
@@ -63,13 +125,15 @@ impl Manager {
             receiver,
             shutdown.clone(),
         ));
-        self.workers.insert(uid, sender);
+        self.ctx.pods.workers().insert(uid, sender);
     }
 
     fn gone(&mut self, uid: &str) {
-        if let Some(sender) = self.workers.remove(uid) {
+        let removed = self.ctx.pods.workers().remove(uid);
+        if let Some(sender) = removed {
             sender.send_replace(Update::Gone);
         }
+        self.ctx.pods.forget(uid);
     }
 
     /// Watches this node's pods and runs their workers until `shutdown`. Containers keep
@@ -117,7 +181,9 @@ impl Manager {
                 Some(Ok(watcher::Event::InitDone)) => {
                     let seen = seen_in_list.take().unwrap_or_default();
                     let stale: Vec<String> = self
-                        .workers
+                        .ctx
+                        .pods
+                        .workers()
                         .keys()
                         .filter(|uid| !seen.contains(*uid))
                         .cloned()
@@ -140,10 +206,11 @@ impl Manager {
 
     /// Sandboxes of pods this node no longer has.
     async fn remove_orphans(&mut self) {
+        let workers = self.ctx.pods.clone();
         let orphans: Vec<(String, Vec<api::PodSandbox>)> = self
             .found
             .drain()
-            .filter(|(uid, _)| !self.workers.contains_key(uid))
+            .filter(|(uid, _)| !workers.workers().contains_key(uid))
             .collect();
         for (uid, sandboxes) in orphans {
             tracing::info!(pod_uid = %uid, "removing the sandboxes of a pod that is gone");
@@ -165,10 +232,10 @@ impl Manager {
 
     /// How many pods have workers.
     pub fn len(&self) -> usize {
-        self.workers.len()
+        self.ctx.pods.workers().len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.workers.is_empty()
+        self.ctx.pods.workers().is_empty()
     }
 }

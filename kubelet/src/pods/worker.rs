@@ -5,6 +5,9 @@
 //!    grace period, remove the sandbox and the pod's directory, then delete the pod object
 //!    for good (grace 0, uid precondition). The worker ends.
 //! 2. **Terminal** (Succeeded/Failed reported): nothing runs any more; wait for deletion.
+//!    **Evicted** (the eviction manager asked, see [`super::Handle::evict`]): every container
+//!    is killed at once and the pod reported Failed, reason `Evicted`; a new pod on a node
+//!    under pressure is refused the same way ([`crate::eviction::admit`]).
 //! 3. **Volumes**, then the **sandbox** (created once, re-created if it dies).
 //! 4. **Init containers** one at a time, in order; a sidecar (`restartPolicy: Always`) only has
 //!    to be running for the next to start.
@@ -20,7 +23,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerStateTerminated, Pod, PodCondition, PodStatus,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::events::{EventType, Recorder};
@@ -54,6 +59,10 @@ pub struct Context {
     /// How often a quiet pod is looked at again.
     pub resync: Duration,
     pub recorder: Option<Recorder>,
+    /// The pods that have workers, and the evictions asked for.
+    pub pods: super::Handle,
+    /// The node's pressure conditions, for admission.
+    pub pressure: watch::Receiver<crate::eviction::Pressure>,
 }
 
 /// The latest word on a pod from the API.
@@ -233,6 +242,31 @@ impl Worker {
         }
         if self.terminal {
             return Some(self.ctx.resync * 6);
+        }
+        if let Some(message) = self.ctx.pods.eviction_of(pod_uid(pod)) {
+            self.event(pod, EventType::Warning, "Evicted", message.clone())
+                .await;
+            self.kill_everything(0).await;
+            self.terminal = true;
+            self.fail(pod, &message, true).await;
+            return Some(self.ctx.resync * 6);
+        }
+        let new_here = self.start_time.is_none()
+            && self.found.is_empty()
+            && pod
+                .status
+                .as_ref()
+                .and_then(|s| s.start_time.as_ref())
+                .is_none();
+        if new_here {
+            let refusal = crate::eviction::admit(pod, &self.ctx.pressure.borrow());
+            if let Some(message) = refusal {
+                self.event(pod, EventType::Warning, "Evicted", message.clone())
+                    .await;
+                self.terminal = true;
+                self.fail(pod, &message, false).await;
+                return Some(self.ctx.resync * 6);
+            }
         }
         if self.start_time.is_none() {
             self.start_time = pod
@@ -932,6 +966,12 @@ impl Worker {
             self.last_status = Some(status);
             return;
         }
+        self.patch_status(pod, status, "updating a pod's status")
+            .await;
+    }
+
+    /// Merge-patches the pod's status; `doing` names the step in the warning if it fails.
+    async fn patch_status(&mut self, pod: &Pod, status: PodStatus, doing: &str) {
         let pods: Api<Pod> = Api::namespaced(self.ctx.client.clone(), pod_namespace(pod));
         let patch = Pod {
             status: Some(status.clone()),
@@ -946,8 +986,74 @@ impl Worker {
             .await
         {
             Ok(_) => self.last_status = Some(status),
-            Err(error) => tracing::warn!(pod = %pod_ref(pod), %error, "updating a pod's status"),
+            Err(error) => tracing::warn!(pod = %pod_ref(pod), %error, "{doing}"),
         }
+    }
+
+    /// Reports the pod Failed with reason `Evicted` and `message`: running or waiting
+    /// containers as killed, not ready, and for an eviction (`disruption`) the
+    /// `DisruptionTarget` condition upstream's kubelet sets.
+    async fn fail(&mut self, pod: &Pod, message: &str, disruption: bool) {
+        let now = Time(jiff::Timestamp::now());
+        let mut status = self
+            .last_status
+            .clone()
+            .or_else(|| pod.status.clone())
+            .unwrap_or_default();
+        status.phase = Some("Failed".into());
+        status.reason = Some("Evicted".into());
+        status.message = Some(message.to_owned());
+        for statuses in [
+            status.container_statuses.as_mut(),
+            status.init_container_statuses.as_mut(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            for c in statuses.iter_mut() {
+                c.ready = false;
+                let state = c.state.get_or_insert_with(Default::default);
+                if state.terminated.is_none() {
+                    let started_at = state.running.take().and_then(|r| r.started_at);
+                    state.waiting = None;
+                    state.terminated = Some(ContainerStateTerminated {
+                        exit_code: 137,
+                        reason: Some("Error".into()),
+                        started_at,
+                        finished_at: Some(now.clone()),
+                        ..Default::default()
+                    });
+                }
+            }
+        }
+        let mut conditions: Vec<PodCondition> = status
+            .conditions
+            .take()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| c.type_ != "DisruptionTarget")
+            .map(|mut c| {
+                if matches!(c.type_.as_str(), "Ready" | "ContainersReady") && c.status != "False" {
+                    c.status = "False".into();
+                    c.reason = Some("PodFailed".into());
+                    c.last_transition_time = Some(now.clone());
+                }
+                c
+            })
+            .collect();
+        if disruption {
+            conditions.push(PodCondition {
+                type_: "DisruptionTarget".into(),
+                status: "True".into(),
+                reason: Some("TerminationByKubelet".into()),
+                message: Some(message.to_owned()),
+                last_transition_time: Some(now.clone()),
+                ..Default::default()
+            });
+        }
+        status.conditions = Some(conditions);
+        self.patch_status(pod, status, "reporting an evicted pod")
+            .await;
     }
 
     async fn stop_one(&self, container: &Container, id: &str, grace: i64) {

@@ -141,6 +141,25 @@ impl Runtime for CriRuntime {
         Ok(())
     }
 
+    async fn list_container_stats(&self) -> Result<Vec<api::ContainerStats>> {
+        let reply = self
+            .rt()
+            .list_container_stats(api::ListContainerStatsRequest { filter: None })
+            .await?
+            .into_inner();
+        Ok(reply.stats)
+    }
+
+    async fn image_fs_info(&self) -> Result<Vec<api::FilesystemUsage>> {
+        let reply = self
+            .images
+            .clone()
+            .image_fs_info(api::ImageFsInfoRequest {})
+            .await?
+            .into_inner();
+        Ok(reply.image_filesystems)
+    }
+
     async fn run_pod_sandbox(&self, config: &api::PodSandboxConfig) -> Result<String> {
         let reply = self
             .rt()

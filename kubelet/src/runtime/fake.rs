@@ -38,6 +38,9 @@ struct Container {
     finished_at: i64,
     exit_code: i32,
     reason: String,
+    /// What [`FakeRuntime::set_usage`] says the container uses: memory and writable layer.
+    memory_bytes: u64,
+    rootfs_bytes: u64,
 }
 
 #[derive(Default)]
@@ -48,6 +51,8 @@ struct State {
     /// Container ids by sandbox id, so that one pod's calls cost nothing like the whole node's.
     by_sandbox: BTreeMap<String, Vec<String>>,
     images: BTreeMap<String, String>,
+    /// Image sizes by id ([`FakeRuntime::add_image_of_size`]).
+    image_sizes: BTreeMap<String, u64>,
 }
 
 /// The in-memory runtime. Clones share one state.
@@ -82,6 +87,37 @@ impl FakeRuntime {
     pub fn add_image(&self, name: &str) {
         let id = format!("sha256:{:064x}", name.len());
         self.lock().images.insert(name.to_owned(), id);
+    }
+
+    /// Adds an image of `size` bytes under its own id.
+    pub fn add_image_of_size(&self, name: &str, size: u64) {
+        let mut state = self.lock();
+        let id = format!("sha256:{:064x}", state.images.len() + 1000);
+        state.images.insert(name.to_owned(), id.clone());
+        state.image_sizes.insert(id, size);
+    }
+
+    /// Makes the containers `name` of the pod `pod_uid` report `memory_bytes` of working set
+    /// and `rootfs_bytes` in their writable layer.
+    pub fn set_usage(&self, pod_uid: &str, name: &str, memory_bytes: u64, rootfs_bytes: u64) {
+        let mut state = self.lock();
+        let sandboxes: Vec<String> = state
+            .sandboxes
+            .iter()
+            .filter(|(_, s)| label(&s.config.labels, labels::POD_UID) == pod_uid)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for container in state.containers.values_mut() {
+            let named = container
+                .config
+                .metadata
+                .as_ref()
+                .is_some_and(|m| m.name == name);
+            if named && sandboxes.contains(&container.sandbox_id) {
+                container.memory_bytes = memory_bytes;
+                container.rootfs_bytes = rootfs_bytes;
+            }
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -209,14 +245,71 @@ impl Runtime for FakeRuntime {
             .map(|(name, id)| api::Image {
                 id: id.clone(),
                 repo_tags: vec![name.clone()],
+                size: state.image_sizes.get(id).copied().unwrap_or(0),
                 ..Default::default()
             })
             .collect())
     }
 
+    /// Removes the image named `image` or with that id.
     async fn remove_image(&self, image: &str) -> Result<()> {
-        self.lock().images.remove(image);
+        let mut state = self.lock();
+        state
+            .images
+            .retain(|name, id| name.as_str() != image && id.as_str() != image);
         Ok(())
+    }
+
+    async fn list_container_stats(&self) -> Result<Vec<api::ContainerStats>> {
+        let state = self.lock();
+        let now = now_nanos();
+        let value = |value: u64| Some(api::UInt64Value { value });
+        Ok(state
+            .containers
+            .iter()
+            .filter(|(_, c)| c.state == api::ContainerState::ContainerRunning)
+            .map(|(id, c)| api::ContainerStats {
+                attributes: Some(api::ContainerAttributes {
+                    id: id.clone(),
+                    metadata: c.config.metadata.clone(),
+                    labels: c.config.labels.clone(),
+                    annotations: c.config.annotations.clone(),
+                }),
+                cpu: Some(api::CpuUsage {
+                    timestamp: now,
+                    usage_core_nano_seconds: value(0),
+                    usage_nano_cores: value(0),
+                }),
+                memory: Some(api::MemoryUsage {
+                    timestamp: now,
+                    working_set_bytes: value(c.memory_bytes),
+                    usage_bytes: value(c.memory_bytes),
+                    ..Default::default()
+                }),
+                writable_layer: Some(api::FilesystemUsage {
+                    timestamp: now,
+                    fs_id: None,
+                    used_bytes: value(c.rootfs_bytes),
+                    inodes_used: value(0),
+                }),
+                swap: None,
+            })
+            .collect())
+    }
+
+    async fn image_fs_info(&self) -> Result<Vec<api::FilesystemUsage>> {
+        let state = self.lock();
+        let used = state
+            .images
+            .values()
+            .filter_map(|id| state.image_sizes.get(id))
+            .sum();
+        Ok(vec![api::FilesystemUsage {
+            timestamp: now_nanos(),
+            fs_id: None,
+            used_bytes: Some(api::UInt64Value { value: used }),
+            inodes_used: None,
+        }])
     }
 
     async fn run_pod_sandbox(&self, config: &api::PodSandboxConfig) -> Result<String> {
@@ -351,6 +444,8 @@ impl Runtime for FakeRuntime {
                 finished_at: 0,
                 exit_code: 0,
                 reason: String::new(),
+                memory_bytes: 0,
+                rootfs_bytes: 0,
             },
         );
         Ok(id)

@@ -85,6 +85,11 @@ pub trait Runtime: Send + Sync + 'static {
     async fn exec(&self, request: api::ExecRequest) -> Result<String>;
     async fn attach(&self, request: api::AttachRequest) -> Result<String>;
     async fn port_forward(&self, request: api::PortForwardRequest) -> Result<String>;
+
+    /// CPU, memory and writable-layer usage of every container (CRI `ListContainerStats`).
+    async fn list_container_stats(&self) -> Result<Vec<api::ContainerStats>>;
+    /// What the runtime's images take on their filesystem(s) (CRI `ImageFsInfo`).
+    async fn image_fs_info(&self) -> Result<Vec<api::FilesystemUsage>>;
 }
 
 /// The labels the kubelet puts on sandboxes and containers (upstream's names), so that what

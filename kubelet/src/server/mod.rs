@@ -1,6 +1,7 @@
 //! The kubelet API on port 10250 (TLS), for the apiserver to proxy to: `/healthz`,
 //! `/containerLogs/{ns}/{pod}/{container}`, `/exec/…`, `/attach/…`, `/portForward/{ns}/{pod}`
-//! and `/runningpods/`.
+//! `/runningpods/`, `/stats/summary` (the Summary API) and `/metrics/resource` (what
+//! metrics-server scrapes), the last two from [`crate::stats`].
 //!
 //! Every request but `/healthz` is authenticated — a client certificate from the cluster CA,
 //! or a bearer token checked with a TokenReview — and authorized with a SubjectAccessReview
@@ -38,6 +39,22 @@ pub struct Server {
     pub runtime: Arc<dyn Runtime>,
     pub auth: Authenticator,
     pub node_name: String,
+    /// Usage numbers for `/stats/summary` and `/metrics/resource` (none: 404).
+    pub stats: Option<Arc<crate::stats::Collector>>,
+}
+
+/// A `200` with `body` of `content_type`.
+fn ok(body: Vec<u8>, content_type: &'static str) -> Response<Body> {
+    let mut response = Response::new(
+        Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(content_type),
+    );
+    response
 }
 
 pub fn text(status: StatusCode, message: impl Into<String>) -> Response<Body> {
@@ -199,7 +216,46 @@ impl Server {
                 stream::port_forward(&self, request, namespace, pod).await
             }
             ["runningpods", ..] => self.running_pods().await,
+            ["stats", "summary"] if request.method() == Method::GET => {
+                self.summary(flag(&request, &["only_cpu_and_memory"])).await
+            }
+            ["metrics", "resource"] if request.method() == Method::GET => {
+                let Some(stats) = &self.stats else {
+                    return text(StatusCode::NOT_FOUND, "404 page not found");
+                };
+                let body = crate::stats::resource_metrics::render(&stats.summary().await);
+                ok(
+                    body.into_bytes(),
+                    "text/plain; version=0.0.4; charset=utf-8",
+                )
+            }
             _ => text(StatusCode::NOT_FOUND, "404 page not found"),
+        }
+    }
+
+    /// `/stats/summary`; `only_cpu_and_memory` leaves out filesystems, volumes and limits, as
+    /// metrics-server asks.
+    async fn summary(&self, only_cpu_and_memory: bool) -> Response<Body> {
+        let Some(stats) = &self.stats else {
+            return text(StatusCode::NOT_FOUND, "404 page not found");
+        };
+        let mut summary = stats.summary().await;
+        if only_cpu_and_memory {
+            summary.node.fs = None;
+            summary.node.runtime = None;
+            summary.node.rlimit = None;
+            for pod in &mut summary.pods {
+                pod.volume.clear();
+                pod.ephemeral_storage = None;
+                for container in &mut pod.containers {
+                    container.rootfs = None;
+                    container.logs = None;
+                }
+            }
+        }
+        match serde_json::to_vec(&summary) {
+            Ok(body) => ok(body, "application/json"),
+            Err(error) => text(StatusCode::INTERNAL_SERVER_ERROR, error.to_string()),
         }
     }
 
@@ -245,18 +301,7 @@ impl Server {
             metadata: Default::default(),
         };
         match serde_json::to_vec(&list) {
-            Ok(body) => {
-                let mut response = Response::new(
-                    Full::new(Bytes::from(body))
-                        .map_err(|never| match never {})
-                        .boxed(),
-                );
-                response.headers_mut().insert(
-                    http::header::CONTENT_TYPE,
-                    http::HeaderValue::from_static("application/json"),
-                );
-                response
-            }
+            Ok(body) => ok(body, "application/json"),
             Err(error) => text(StatusCode::INTERNAL_SERVER_ERROR, error.to_string()),
         }
     }
