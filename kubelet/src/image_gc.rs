@@ -1,8 +1,8 @@
 //! Image garbage collection at upstream's thresholds: when the image filesystem is used at or
 //! above `--image-gc-high-threshold` percent (85), images no container uses are removed,
 //! least recently used first, until usage is down to `--image-gc-low-threshold` (80). An
-//! image seen for less than the minimum age (2 minutes) is kept, as are pinned images (the
-//! sandbox image). Under disk pressure the eviction manager asks for every unused image to go
+//! image seen for less than the minimum age (2 minutes) is kept, as are pinned images and
+//! the sandbox image. Under disk pressure the eviction manager asks for every unused image to go
 //! before it evicts a pod.
 
 use std::collections::{HashMap, HashSet};
@@ -79,6 +79,9 @@ pub struct ImageGc {
     runtime: Arc<dyn Runtime>,
     policy: Policy,
     images: HashMap<String, Seen>,
+    /// References kept whatever the runtime says (the sandbox image: containerd 1.6 does
+    /// not mark it pinned).
+    pinned: Vec<String>,
 }
 
 /// The images to remove to free `want` bytes: unused, not pinned, old enough, least recently
@@ -115,7 +118,14 @@ impl ImageGc {
             runtime,
             policy,
             images: HashMap::new(),
+            pinned: Vec::new(),
         }
+    }
+
+    /// Never removes the images named `references`, as if the runtime had pinned them.
+    pub fn pinning(mut self, references: Vec<String>) -> Self {
+        self.pinned = references;
+        self
     }
 
     /// Refreshes what is known: new images, sizes, and which are in use by any container
@@ -136,14 +146,15 @@ impl ImageGc {
         let present: HashSet<&str> = images.iter().map(|i| i.id.as_str()).collect();
         self.images.retain(|id, _| present.contains(id.as_str()));
         for image in &images {
+            let pinned = image.pinned || image.repo_tags.iter().any(|t| self.pinned.contains(t));
             let seen = self.images.entry(image.id.clone()).or_insert(Seen {
                 first: now,
                 last_used: now,
                 size: image.size,
-                pinned: image.pinned,
+                pinned,
             });
             seen.size = image.size;
-            seen.pinned = image.pinned;
+            seen.pinned = pinned;
             if in_use.contains(&image.id) {
                 seen.last_used = now;
             }
@@ -279,6 +290,8 @@ mod tests {
         );
         runtime.add_image_of_size("localhost/used:1", 300);
         runtime.add_image_of_size("localhost/unused:1", 500);
+        // The sandbox image: containerd 1.6 does not report it pinned, the kubelet pins it.
+        runtime.add_image_of_size(crate::containerd::PAUSE_IMAGE, 700);
         let sandbox = runtime
             .run_pod_sandbox(&api::PodSandboxConfig::default())
             .await
@@ -300,20 +313,25 @@ mod tests {
                 min_age: Duration::ZERO,
                 ..Policy::default()
             },
-        );
+        )
+        .pinning(vec![crate::containerd::PAUSE_IMAGE.to_owned()]);
         assert_eq!(
             gc.collect(&fs(1000, 500)).await,
             0,
             "50% used: nothing to do"
         );
         assert_eq!(gc.free_all_unused().await, 500);
-        let left: Vec<String> = runtime
+        let mut left: Vec<String> = runtime
             .list_images()
             .await
             .unwrap()
             .iter()
             .map(describe)
             .collect();
-        assert_eq!(left, vec!["localhost/used:1"]);
+        left.sort();
+        assert_eq!(
+            left,
+            vec![crate::containerd::PAUSE_IMAGE, "localhost/used:1"]
+        );
     }
 }

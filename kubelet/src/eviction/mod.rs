@@ -149,7 +149,8 @@ impl Manager {
         pods: crate::pods::Handle,
         pressure: watch::Sender<Pressure>,
     ) -> Self {
-        let images = ImageGc::new(runtime, settings.image_gc);
+        let images = ImageGc::new(runtime, settings.image_gc)
+            .pinning(vec![crate::containerd::PAUSE_IMAGE.to_owned()]);
         Self {
             settings,
             collector,
