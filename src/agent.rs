@@ -68,6 +68,20 @@ pub struct EvictionArgs {
     /// pid.available; a quantity or a percentage); empty turns hard eviction off.
     #[arg(long, default_value = rudder_kubelet::eviction::thresholds::DEFAULT_HARD)]
     pub eviction_hard: String,
+    /// Soft eviction thresholds, in --eviction-hard's syntax; each needs a grace period.
+    #[arg(long, default_value = "")]
+    pub eviction_soft: String,
+    /// How long each soft threshold's signal must stay over it before a pod is evicted,
+    /// `signal=duration` comma-separated (`memory.available=1m30s`).
+    #[arg(long, default_value = "")]
+    pub eviction_soft_grace_period: String,
+    /// The most seconds a pod evicted for a soft threshold gets to stop.
+    #[arg(long, default_value_t = 0)]
+    pub eviction_max_pod_grace_period: i64,
+    /// How much past its threshold a signal must come back before the threshold no longer
+    /// counts as met, `signal=amount` comma-separated (`memory.available=0.5Gi`).
+    #[arg(long, default_value = "")]
+    pub eviction_minimum_reclaim: String,
     /// How long a pressure condition stays after its signal clears.
     #[arg(long, default_value = "5m", value_parser = crate::serve::parse_interval)]
     pub eviction_pressure_transition_period: Duration,
@@ -82,8 +96,19 @@ pub struct EvictionArgs {
 impl EvictionArgs {
     /// The kubelet's settings, or what is wrong with the flags.
     pub fn settings(&self) -> Result<rudder_kubelet::eviction::Settings> {
-        let hard = rudder_kubelet::eviction::thresholds::parse(&self.eviction_hard)
+        use rudder_kubelet::eviction::thresholds;
+        let mut hard = thresholds::parse(&self.eviction_hard)
             .map_err(|error| anyhow::anyhow!("--eviction-hard: {error}"))?;
+        let mut soft =
+            thresholds::parse_soft(&self.eviction_soft, &self.eviction_soft_grace_period)
+                .map_err(|error| anyhow::anyhow!("{error}"))?;
+        for list in [&mut hard, &mut soft] {
+            thresholds::apply_minimum_reclaim(list, &self.eviction_minimum_reclaim)
+                .map_err(|error| anyhow::anyhow!("{error}"))?;
+        }
+        if self.eviction_max_pod_grace_period < 0 {
+            anyhow::bail!("--eviction-max-pod-grace-period: must not be negative");
+        }
         let image_gc = rudder_kubelet::image_gc::Policy::new(
             self.image_gc_high_threshold,
             self.image_gc_low_threshold,
@@ -91,6 +116,8 @@ impl EvictionArgs {
         .map_err(|error| anyhow::anyhow!("{error}"))?;
         Ok(rudder_kubelet::eviction::Settings {
             hard,
+            soft,
+            max_pod_grace_seconds: self.eviction_max_pod_grace_period,
             transition_period: self.eviction_pressure_transition_period,
             image_gc,
         })
@@ -320,4 +347,54 @@ pub async fn run_hollow(
         done.context("a hollow node's task")??;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::EvictionArgs;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        eviction: EvictionArgs,
+    }
+
+    fn settings(args: &[&str]) -> anyhow::Result<rudder_kubelet::eviction::Settings> {
+        let flags = Flags::try_parse_from(std::iter::once("agent").chain(args.iter().copied()))?;
+        flags.eviction.settings()
+    }
+
+    #[test]
+    fn eviction_flags_become_the_managers_settings_or_a_clear_error() {
+        let defaults = settings(&[]).unwrap();
+        assert_eq!(defaults.hard.len(), 4);
+        assert!(defaults.soft.is_empty());
+        assert_eq!(defaults.max_pod_grace_seconds, 0);
+
+        let tuned = settings(&[
+            "--eviction-soft=memory.available<1Gi",
+            "--eviction-soft-grace-period=memory.available=1m30s",
+            "--eviction-max-pod-grace-period=45",
+            "--eviction-minimum-reclaim=memory.available=500Mi",
+        ])
+        .unwrap();
+        assert_eq!(
+            tuned.soft[0].grace_period,
+            Some(std::time::Duration::from_secs(90))
+        );
+        assert_eq!(tuned.max_pod_grace_seconds, 45);
+        assert!(tuned.hard[0].min_reclaim.is_some() && tuned.soft[0].min_reclaim.is_some());
+
+        let missing = settings(&["--eviction-soft=memory.available<1Gi"]).unwrap_err();
+        assert!(missing.to_string().contains("no grace period"), "{missing}");
+        let negative = settings(&["--eviction-max-pod-grace-period=-1"]).unwrap_err();
+        assert!(
+            negative.to_string().contains("must not be negative"),
+            "{negative}"
+        );
+        let bad = settings(&["--image-gc-high-threshold=70"]).unwrap_err();
+        assert!(bad.to_string().contains("below"), "{bad}");
+    }
 }

@@ -272,6 +272,9 @@ spec:
         "jsonpath={.items[*].message}",
     ]);
     assert!(events.contains("Usage of EmptyDir volume"), "{events}");
+    // Its container stays until the pod is deleted: its logs can still be read.
+    let logs = kubectl.ok(&["logs", "filler"]);
+    assert!(logs.contains("records out"), "{logs}");
     kubectl.ok(&["delete", "pod", "filler", "--wait=false"]);
 
     // exec over SPDY (1.27) and WebSocket (1.30+), cp both ways.

@@ -1,6 +1,8 @@
 //! The eviction manager: every 10 seconds it reads the node's usage ([`crate::stats`]),
-//! compares the signals with the hard thresholds (`--eviction-hard`, upstream's defaults),
-//! and publishes the pressure conditions the Node reports (MemoryPressure, DiskPressure,
+//! compares the signals with the hard thresholds (`--eviction-hard`, upstream's defaults)
+//! and the soft ones (`--eviction-soft`, which act once the signal has stayed over them for
+//! their grace period and give pods up to `--eviction-max-pod-grace-period` to stop; a met
+//! threshold stays met until `--eviction-minimum-reclaim` more is available), and publishes the pressure conditions the Node reports (MemoryPressure, DiskPressure,
 //! PIDPressure — held for `--eviction-pressure-transition-period` after the signal clears).
 //! Under pressure it first reclaims what the node itself holds (unused images, for disk) and
 //! then evicts one pod per round in [`rank`]'s order; a pod that outgrows its own
@@ -73,6 +75,11 @@ impl Pressure {
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub hard: Vec<Threshold>,
+    /// Soft thresholds, each with its grace period.
+    pub soft: Vec<Threshold>,
+    /// The most a pod evicted for a soft threshold gets to stop (its own
+    /// `terminationGracePeriodSeconds` if shorter); `--eviction-max-pod-grace-period`.
+    pub max_pod_grace_seconds: i64,
     /// How long a condition stays after its signal clears.
     pub transition_period: Duration,
     pub image_gc: crate::image_gc::Policy,
@@ -82,6 +89,8 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             hard: thresholds::parse(thresholds::DEFAULT_HARD).unwrap_or_default(),
+            soft: Vec::new(),
+            max_pod_grace_seconds: 0,
             transition_period: Duration::from_secs(300),
             image_gc: crate::image_gc::Policy::default(),
         }
@@ -138,7 +147,13 @@ pub struct Manager {
     pressure: watch::Sender<Pressure>,
     /// When each condition's signal was last seen over its threshold.
     last_met: BTreeMap<Condition, Instant>,
+    /// Since when each threshold met in the last round has been met, by (signal, soft).
+    met_since: BTreeMap<(thresholds::Signal, bool), Instant>,
     last_image_gc: Option<Instant>,
+}
+
+fn key(threshold: &Threshold) -> (thresholds::Signal, bool) {
+    (threshold.signal, threshold.is_soft())
 }
 
 impl Manager {
@@ -158,6 +173,7 @@ impl Manager {
             images,
             pressure,
             last_met: BTreeMap::new(),
+            met_since: BTreeMap::new(),
             last_image_gc: None,
         }
     }
@@ -195,14 +211,26 @@ impl Manager {
             };
             if self.pods.eviction_of(uid).is_none() && !rank::is_critical(pod) {
                 tracing::info!(pod = %uid, %message, "evicting a pod over its local storage limits");
-                evicted_for_storage |= self.pods.evict(uid, message);
+                evicted_for_storage |= self.pods.evict(uid, message, 0);
             }
         }
         let observations = thresholds::observe(&summary);
         let now = Instant::now();
-        let met = thresholds::met(&self.settings.hard, &observations);
+        let all: Vec<Threshold> = self
+            .settings
+            .hard
+            .iter()
+            .chain(&self.settings.soft)
+            .cloned()
+            .collect();
+        let met = thresholds::met_after(&all, &observations, |t| {
+            self.met_since.contains_key(&key(t))
+        });
+        let since = std::mem::take(&mut self.met_since);
         for (threshold, _) in &met {
             self.last_met.insert(threshold.signal.condition(), now);
+            let first = since.get(&key(threshold)).copied().unwrap_or(now);
+            self.met_since.insert(key(threshold), first);
         }
         let mut pressure = Pressure::default();
         for (condition, at) in &self.last_met {
@@ -221,17 +249,30 @@ impl Manager {
         if evicted_for_storage {
             return;
         }
+        // A soft threshold acts once the signal has stayed over it for its grace period.
+        let due = |t: &Threshold| {
+            t.grace_period.is_none_or(|grace| {
+                self.met_since
+                    .get(&key(t))
+                    .is_some_and(|first| now.duration_since(*first) >= grace)
+            })
+        };
+        let mut met: Vec<(Threshold, thresholds::Observation)> = met
+            .into_iter()
+            .filter(|(t, _)| due(t))
+            .map(|(t, o)| (t.clone(), o))
+            .collect();
         if met.is_empty() {
             self.periodic_image_gc(&summary).await;
             return;
         }
-        let mut met: Vec<(Threshold, thresholds::Observation)> =
-            met.into_iter().map(|(t, o)| (t.clone(), o)).collect();
         if met.iter().any(|(t, _)| t.signal.is_disk()) {
             let freed = self.images.free_all_unused().await;
             if freed > 0 {
                 let summary = self.collector.summary().await;
-                met = thresholds::met(&self.settings.hard, &thresholds::observe(&summary))
+                let observations = thresholds::observe(&summary);
+                let due: Vec<Threshold> = met.iter().map(|(t, _)| t.clone()).collect();
+                met = thresholds::met_after(&due, &observations, |_| true)
                     .into_iter()
                     .map(|(t, o)| (t.clone(), o))
                     .collect();
@@ -241,8 +282,8 @@ impl Manager {
                 }
             }
         }
-        // Memory first, then disk, then pids, as the signals are ordered.
-        met.sort_by_key(|(t, _)| t.signal);
+        // Memory first, then disk, then pids, as the signals are ordered; hard before soft.
+        met.sort_by_key(|(t, _)| key(t));
         let Some((threshold, seen)) = met.first() else {
             return;
         };
@@ -254,12 +295,28 @@ impl Manager {
                 return;
             }
             let message = rank::pressure_message(threshold, *seen, &pod, stats.get(uid));
-            tracing::warn!(pod = %uid, threshold = %threshold, %message, "evicting a pod");
-            if self.pods.evict(uid, message) {
+            let grace = self.grace_for(threshold, &pod);
+            tracing::warn!(pod = %uid, threshold = %threshold, grace, %message, "evicting a pod");
+            if self.pods.evict(uid, message, grace) {
                 return;
             }
         }
         tracing::warn!(threshold = %threshold, "over an eviction threshold with no pod to evict");
+    }
+
+    /// How long `pod`'s containers get to stop when evicted for `threshold`: nothing for a
+    /// hard threshold; for a soft one its own grace period, at most
+    /// `--eviction-max-pod-grace-period`.
+    fn grace_for(&self, threshold: &Threshold, pod: &Pod) -> i64 {
+        if !threshold.is_soft() {
+            return 0;
+        }
+        let own = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds)
+            .unwrap_or(30);
+        own.min(self.settings.max_pod_grace_seconds).max(0)
     }
 
     async fn periodic_image_gc(&mut self, summary: &crate::stats::summary::Summary) {

@@ -71,6 +71,11 @@ async fn under_memory_pressure_the_pod_most_over_its_request_is_evicted_one_per_
             ),
         "{message}"
     );
+    assert_eq!(
+        node.pods.eviction("hog").unwrap().grace_seconds,
+        0,
+        "a hard threshold gives no grace"
+    );
     assert_eq!(node.pods.eviction_of("small"), None);
     // While the hog goes, nobody else does.
     node.manager.round().await;
@@ -120,6 +125,72 @@ async fn pressure_stays_for_the_transition_period_after_the_signal_clears() {
     node.manager.settings.transition_period = Duration::ZERO;
     node.manager.round().await;
     assert!(!node.pressure.borrow().memory);
+}
+
+#[tokio::test]
+async fn a_soft_threshold_sets_the_condition_at_once_and_evicts_after_its_grace_period() {
+    let mut node = node("");
+    node.manager.settings.soft =
+        thresholds::parse_soft("memory.available<100%", "memory.available=1h").unwrap();
+    node.manager.settings.max_pod_grace_seconds = 20;
+    let mut hog = pod("hog", None);
+    hog.spec.as_mut().unwrap().termination_grace_period_seconds = Some(60);
+    run_on(&node.runtime, &hog).await;
+    node.runtime.set_usage("hog", "c", 500 << 20, 0);
+    let _ = node.pods.track(hog.clone());
+
+    node.manager.round().await;
+    assert!(node.pressure.borrow().memory, "the condition comes at once");
+    assert_eq!(
+        node.pods.eviction_of("hog"),
+        None,
+        "not before the grace period"
+    );
+    node.manager.round().await;
+    assert_eq!(node.pods.eviction_of("hog"), None);
+
+    // The signal has now been over the threshold for longer than its grace period.
+    node.manager.settings.soft[0].grace_period = Some(Duration::ZERO);
+    node.manager.round().await;
+    let eviction = node
+        .pods
+        .eviction("hog")
+        .expect("evicted after the grace period");
+    assert!(eviction
+        .message
+        .starts_with("The node was low on resource: memory."));
+    assert_eq!(
+        eviction.grace_seconds, 20,
+        "the pod's 60 s, capped by the maximum"
+    );
+
+    let soft = &node.manager.settings.soft[0];
+    node.manager.settings.max_pod_grace_seconds = 100;
+    assert_eq!(node.manager.grace_for(&soft.clone(), &hog), 60);
+    hog.spec.as_mut().unwrap().termination_grace_period_seconds = None;
+    assert_eq!(
+        node.manager.grace_for(&soft.clone(), &hog),
+        30,
+        "upstream's default"
+    );
+}
+
+#[tokio::test]
+async fn a_soft_threshold_that_clears_before_its_grace_period_evicts_nobody() {
+    let mut node = node("");
+    node.manager.settings.soft =
+        thresholds::parse_soft("memory.available<100%", "memory.available=1h").unwrap();
+    let hog = pod("hog", None);
+    run_on(&node.runtime, &hog).await;
+    let _ = node.pods.track(hog);
+    node.manager.round().await;
+    // The signal clears: the clock of the grace period starts again next time.
+    let soft = std::mem::take(&mut node.manager.settings.soft);
+    node.manager.round().await;
+    assert!(node.manager.met_since.is_empty());
+    node.manager.settings.soft = soft;
+    node.manager.round().await;
+    assert_eq!(node.pods.eviction_of("hog"), None);
 }
 
 #[test]

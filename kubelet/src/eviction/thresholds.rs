@@ -1,8 +1,13 @@
-//! Eviction signals and hard thresholds, as `--eviction-hard` spells them
-//! (`memory.available<100Mi,nodefs.available<10%`), and what the node's summary says of each.
+//! Eviction signals and thresholds as the kubelet's flags spell them: hard ones
+//! (`--eviction-hard memory.available<100Mi,nodefs.available<10%`), soft ones with the time
+//! the signal must stay over them (`--eviction-soft`, `--eviction-soft-grace-period
+//! memory.available=1m30s`), and how far past a threshold the node must come back before it
+//! no longer counts as met (`--eviction-minimum-reclaim memory.available=0.5Gi`); and what
+//! the node's summary says of each signal.
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::time::Duration;
 
 use crate::stats::summary::Summary;
 
@@ -100,12 +105,17 @@ pub struct Threshold {
     pub amount: Amount,
     /// As given (`100Mi`, `10%`), for messages.
     pub text: String,
+    /// For a soft threshold, how long the signal must stay over it before a pod is evicted;
+    /// `None` for a hard one.
+    pub grace_period: Option<Duration>,
+    /// Once met, how much more than the threshold must be available before it is not.
+    pub min_reclaim: Option<Amount>,
 }
 
-impl Threshold {
-    /// The available amount below which the threshold is met, on `capacity`.
-    pub fn limit(&self, capacity: u64) -> u64 {
-        match self.amount {
+impl Amount {
+    /// The amount in units, on `capacity`.
+    pub fn of(self, capacity: u64) -> u64 {
+        match self {
             Amount::Absolute(v) => v,
             #[allow(
                 clippy::cast_precision_loss,
@@ -114,6 +124,24 @@ impl Threshold {
             )]
             Amount::Percent(p) => (capacity as f64 * p / 100.0) as u64,
         }
+    }
+}
+
+impl Threshold {
+    /// The available amount below which the threshold is met, on `capacity`.
+    pub fn limit(&self, capacity: u64) -> u64 {
+        self.amount.of(capacity)
+    }
+
+    /// The available amount below which a threshold already met stays met: the limit plus
+    /// the minimum reclaim.
+    pub fn limit_while_met(&self, capacity: u64) -> u64 {
+        let reclaim = self.min_reclaim.map_or(0, |r| r.of(capacity));
+        self.limit(capacity).saturating_add(reclaim)
+    }
+
+    pub fn is_soft(&self) -> bool {
+        self.grace_period.is_some()
     }
 }
 
@@ -133,28 +161,9 @@ pub fn parse(spec: &str) -> Result<Vec<Threshold>, String> {
                 "{entry:?}: a threshold is <signal><<amount>, as memory.available<100Mi"
             ));
         };
-        let Some(signal) = Signal::ALL.into_iter().find(|s| s.name() == name.trim()) else {
-            let known: Vec<&str> = Signal::ALL.iter().map(|s| s.name()).collect();
-            return Err(format!(
-                "{entry:?}: unknown signal {name:?} (one of {})",
-                known.join(", ")
-            ));
-        };
+        let signal = signal_named(name).map_err(|e| format!("{entry:?}: {e}"))?;
         let amount_text = amount.trim();
-        let amount = match amount_text.strip_suffix('%') {
-            Some(percent) => match percent.parse::<f64>() {
-                Ok(p) if (0.0..=100.0).contains(&p) => Amount::Percent(p),
-                _ => return Err(format!("{entry:?}: a percentage is between 0% and 100%")),
-            },
-            None => {
-                let starts_with_digit = amount_text.starts_with(|c: char| c.is_ascii_digit());
-                let value = rudder_facts::quantity::value(amount_text);
-                if !starts_with_digit || value < 0 {
-                    return Err(format!("{entry:?}: {amount_text:?} is not a quantity"));
-                }
-                Amount::Absolute(u64::try_from(value).unwrap_or(0))
-            }
-        };
+        let amount = parse_amount(amount_text).map_err(|e| format!("{entry:?}: {e}"))?;
         if out.iter().any(|t| t.signal == signal) {
             return Err(format!("{entry:?}: {} is given twice", signal.name()));
         }
@@ -162,9 +171,103 @@ pub fn parse(spec: &str) -> Result<Vec<Threshold>, String> {
             signal,
             amount,
             text: amount_text.to_owned(),
+            grace_period: None,
+            min_reclaim: None,
         });
     }
     Ok(out)
+}
+
+/// A quantity (`100Mi`, `0.5Gi`, `1000`) or a percentage (`10%`).
+fn parse_amount(text: &str) -> Result<Amount, String> {
+    match text.strip_suffix('%') {
+        Some(percent) => match percent.parse::<f64>() {
+            Ok(p) if (0.0..=100.0).contains(&p) => Ok(Amount::Percent(p)),
+            _ => Err("a percentage is between 0% and 100%".into()),
+        },
+        None => {
+            let starts_with_digit = text.starts_with(|c: char| c.is_ascii_digit());
+            let value = rudder_facts::quantity::value(text);
+            if !starts_with_digit || value < 0 {
+                return Err(format!("{text:?} is not a quantity"));
+            }
+            Ok(Amount::Absolute(u64::try_from(value).unwrap_or(0)))
+        }
+    }
+}
+
+fn signal_named(name: &str) -> Result<Signal, String> {
+    Signal::ALL
+        .into_iter()
+        .find(|s| s.name() == name.trim())
+        .ok_or_else(|| {
+            let known: Vec<&str> = Signal::ALL.iter().map(|s| s.name()).collect();
+            format!("unknown signal {name:?} (one of {})", known.join(", "))
+        })
+}
+
+/// `signal=value` pairs, comma-separated, as `--eviction-soft-grace-period` and
+/// `--eviction-minimum-reclaim` spell them.
+fn per_signal<T>(
+    spec: &str,
+    value: impl Fn(&str) -> Result<T, String>,
+) -> Result<BTreeMap<Signal, T>, String> {
+    let mut out = BTreeMap::new();
+    for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let Some((name, text)) = entry.split_once('=') else {
+            return Err(format!("{entry:?}: expected <signal>=<value>"));
+        };
+        let signal = signal_named(name).map_err(|e| format!("{entry:?}: {e}"))?;
+        let parsed = value(text.trim()).map_err(|e| format!("{entry:?}: {e}"))?;
+        if out.insert(signal, parsed).is_some() {
+            return Err(format!("{entry:?}: {} is given twice", signal.name()));
+        }
+    }
+    Ok(out)
+}
+
+/// A Go-style duration: `90s`, `1m30s`, `500ms`, `1h`.
+fn parse_go_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("{text:?} is not a duration (as 90s, 1m30s or 1h)");
+    if !text.starts_with(|c: char| c.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let signed: jiff::SignedDuration = text.parse().map_err(|_| bad())?;
+    Duration::try_from(signed).map_err(|_| bad())
+}
+
+/// Parses `--eviction-soft` with `--eviction-soft-grace-period`: every soft threshold needs
+/// a grace period, as upstream's kubelet insists.
+pub fn parse_soft(spec: &str, grace_periods: &str) -> Result<Vec<Threshold>, String> {
+    let mut soft = parse(spec)?;
+    let mut graces = per_signal(grace_periods, parse_go_duration)
+        .map_err(|e| format!("--eviction-soft-grace-period: {e}"))?;
+    for threshold in &mut soft {
+        let Some(grace) = graces.remove(&threshold.signal) else {
+            return Err(format!(
+                "--eviction-soft {threshold}: no grace period for {} in --eviction-soft-grace-period",
+                threshold.signal.name()
+            ));
+        };
+        threshold.grace_period = Some(grace);
+    }
+    if let Some(signal) = graces.keys().next() {
+        return Err(format!(
+            "--eviction-soft-grace-period: {} has no soft threshold",
+            signal.name()
+        ));
+    }
+    Ok(soft)
+}
+
+/// Applies `--eviction-minimum-reclaim` to the thresholds of the signals it names.
+pub fn apply_minimum_reclaim(thresholds: &mut [Threshold], spec: &str) -> Result<(), String> {
+    let reclaim =
+        per_signal(spec, parse_amount).map_err(|e| format!("--eviction-minimum-reclaim: {e}"))?;
+    for threshold in thresholds {
+        threshold.min_reclaim = reclaim.get(&threshold.signal).copied();
+    }
+    Ok(())
 }
 
 /// What a signal stands at: what is available of what capacity.
@@ -241,11 +344,26 @@ pub fn met<'a>(
     thresholds: &'a [Threshold],
     observations: &BTreeMap<Signal, Observation>,
 ) -> Vec<(&'a Threshold, Observation)> {
+    met_after(thresholds, observations, |_| false)
+}
+
+/// As [`met`], where a threshold `was_met` says was met in the last round stays met until
+/// its minimum reclaim is available too.
+pub fn met_after<'a>(
+    thresholds: &'a [Threshold],
+    observations: &BTreeMap<Signal, Observation>,
+    was_met: impl Fn(&Threshold) -> bool,
+) -> Vec<(&'a Threshold, Observation)> {
     thresholds
         .iter()
         .filter_map(|t| {
             let seen = observations.get(&t.signal)?;
-            (seen.available < t.limit(seen.capacity)).then_some((t, *seen))
+            let limit = if was_met(t) {
+                t.limit_while_met(seen.capacity)
+            } else {
+                t.limit(seen.capacity)
+            };
+            (seen.available < limit).then_some((t, *seen))
         })
         .collect()
 }
@@ -264,6 +382,58 @@ mod tests {
         assert_eq!(defaults[1].limit(1000), 100);
         assert_eq!(defaults[3].to_string(), "nodefs.inodesFree<5%");
         assert_eq!(parse("").unwrap(), Vec::new());
+    }
+
+    #[test]
+    fn soft_thresholds_need_a_grace_period_and_take_a_minimum_reclaim() {
+        let soft = parse_soft(
+            "memory.available<1.5Gi,nodefs.available<15%",
+            "memory.available=1m30s,nodefs.available=2m",
+        )
+        .unwrap();
+        assert_eq!(soft[0].grace_period, Some(Duration::from_secs(90)));
+        assert_eq!(soft[1].grace_period, Some(Duration::from_secs(120)));
+        assert!(soft.iter().all(Threshold::is_soft));
+        assert!(parse("memory.available<1Gi")
+            .unwrap()
+            .iter()
+            .all(|t| !t.is_soft()));
+
+        let missing = parse_soft("memory.available<1Gi", "").unwrap_err();
+        assert!(
+            missing.contains("no grace period for memory.available"),
+            "{missing}"
+        );
+        let orphan = parse_soft("", "memory.available=1m").unwrap_err();
+        assert!(orphan.contains("has no soft threshold"), "{orphan}");
+        let bad = parse_soft("memory.available<1Gi", "memory.available=soon").unwrap_err();
+        assert!(bad.contains("is not a duration"), "{bad}");
+
+        let mut hard = parse("memory.available<100Mi,nodefs.available<10%").unwrap();
+        apply_minimum_reclaim(&mut hard, "memory.available=0.5Gi,nodefs.available=5%").unwrap();
+        assert_eq!(hard[0].limit_while_met(1 << 40), (100 << 20) + (512 << 20));
+        assert_eq!(hard[1].limit_while_met(1000), 150);
+        assert!(apply_minimum_reclaim(&mut hard, "memory.available").is_err());
+        assert!(apply_minimum_reclaim(&mut hard, "cpu.available=1").is_err());
+    }
+
+    #[test]
+    fn a_met_threshold_stays_met_until_its_minimum_reclaim_is_available() {
+        let mut hard = parse("memory.available<100").unwrap();
+        apply_minimum_reclaim(&mut hard, "memory.available=50").unwrap();
+        let at = |available| {
+            BTreeMap::from([(
+                Signal::MemoryAvailable,
+                Observation {
+                    available,
+                    capacity: 1000,
+                },
+            )])
+        };
+        assert_eq!(met(&hard, &at(120)).len(), 0);
+        assert_eq!(met_after(&hard, &at(120), |_| true).len(), 1);
+        assert_eq!(met_after(&hard, &at(150), |_| true).len(), 0);
+        assert_eq!(met(&hard, &at(99)).len(), 1);
     }
 
     #[test]

@@ -33,7 +33,16 @@ use worker::{Context, Update};
 #[derive(Clone, Default)]
 pub struct Handle {
     workers: Arc<Mutex<HashMap<String, watch::Sender<Update>>>>,
-    evictions: Arc<Mutex<HashMap<String, String>>>,
+    evictions: Arc<Mutex<HashMap<String, Eviction>>>,
+}
+
+/// An eviction asked of a pod's worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Eviction {
+    /// The pod's status message and the Evicted event's.
+    pub message: String,
+    /// How long its containers get between SIGTERM and SIGKILL.
+    pub grace_seconds: i64,
 }
 
 impl Handle {
@@ -43,7 +52,7 @@ impl Handle {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn evictions(&self) -> MutexGuard<'_, HashMap<String, String>> {
+    fn evictions(&self) -> MutexGuard<'_, HashMap<String, Eviction>> {
         self.evictions
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -60,13 +69,20 @@ impl Handle {
             .collect()
     }
 
-    /// Asks the worker of pod `uid` to evict it with `message`; false when it has none.
-    pub fn evict(&self, uid: &str, message: String) -> bool {
+    /// Asks the worker of pod `uid` to evict it with `message`, its containers given
+    /// `grace_seconds` to stop; false when it has no worker.
+    pub fn evict(&self, uid: &str, message: String, grace_seconds: i64) -> bool {
         let workers = self.workers();
         let Some(sender) = workers.get(uid) else {
             return false;
         };
-        self.evictions().insert(uid.to_owned(), message);
+        self.evictions().insert(
+            uid.to_owned(),
+            Eviction {
+                message,
+                grace_seconds,
+            },
+        );
         // Wakes the worker with the pod it has.
         sender.send_modify(|_| {});
         true
@@ -74,6 +90,11 @@ impl Handle {
 
     /// Why pod `uid` is to be evicted, if it is.
     pub fn eviction_of(&self, uid: &str) -> Option<String> {
+        self.evictions().get(uid).map(|e| e.message.clone())
+    }
+
+    /// The eviction asked of pod `uid`, if any.
+    pub fn eviction(&self, uid: &str) -> Option<Eviction> {
         self.evictions().get(uid).cloned()
     }
 

@@ -49,7 +49,8 @@ pub fn time(nanos: i64) -> Option<Time> {
     jiff::Timestamp::from_second(seconds).ok().map(Time)
 }
 
-fn terminated(record: &api::ContainerStatus, runtime_name: &str) -> ContainerStateTerminated {
+/// The terminated state of an exited container's record.
+pub fn terminated(record: &api::ContainerStatus, runtime_name: &str) -> ContainerStateTerminated {
     let reason = if record.reason.is_empty() {
         if record.exit_code == 0 {
             "Completed"
@@ -75,7 +76,7 @@ fn is_running(record: &api::ContainerStatus) -> bool {
     record.state == api::ContainerState::ContainerRunning as i32
 }
 
-fn is_exited(record: &api::ContainerStatus) -> bool {
+pub fn is_exited(record: &api::ContainerStatus) -> bool {
     record.state == api::ContainerState::ContainerExited as i32
 }
 

@@ -243,12 +243,12 @@ impl Worker {
         if self.terminal {
             return Some(self.ctx.resync * 6);
         }
-        if let Some(message) = self.ctx.pods.eviction_of(pod_uid(pod)) {
-            self.event(pod, EventType::Warning, "Evicted", message.clone())
+        if let Some(eviction) = self.ctx.pods.eviction(pod_uid(pod)) {
+            self.event(pod, EventType::Warning, "Evicted", eviction.message.clone())
                 .await;
-            self.kill_everything(0).await;
+            let records = self.stop_for_eviction(pod, eviction.grace_seconds).await;
             self.terminal = true;
-            self.fail(pod, &message, true).await;
+            self.fail(pod, &eviction.message, true, &records).await;
             return Some(self.ctx.resync * 6);
         }
         let new_here = self.start_time.is_none()
@@ -264,7 +264,7 @@ impl Worker {
                 self.event(pod, EventType::Warning, "Evicted", message.clone())
                     .await;
                 self.terminal = true;
-                self.fail(pod, &message, false).await;
+                self.fail(pod, &message, false, &Records::new()).await;
                 return Some(self.ctx.resync * 6);
             }
         }
@@ -990,10 +990,10 @@ impl Worker {
         }
     }
 
-    /// Reports the pod Failed with reason `Evicted` and `message`: running or waiting
-    /// containers as killed, not ready, and for an eviction (`disruption`) the
-    /// `DisruptionTarget` condition upstream's kubelet sets.
-    async fn fail(&mut self, pod: &Pod, message: &str, disruption: bool) {
+    /// Reports the pod Failed with reason `Evicted` and `message`: containers as they
+    /// exited (`records`) or else as killed, not ready, and for an eviction (`disruption`)
+    /// the `DisruptionTarget` condition upstream's kubelet sets.
+    async fn fail(&mut self, pod: &Pod, message: &str, disruption: bool, records: &Records) {
         let now = Time(jiff::Timestamp::now());
         let mut status = self
             .last_status
@@ -1012,8 +1012,17 @@ impl Worker {
         {
             for c in statuses.iter_mut() {
                 c.ready = false;
+                c.started = Some(false);
                 let state = c.state.get_or_insert_with(Default::default);
-                if state.terminated.is_none() {
+                let exited = records
+                    .get(&c.name)
+                    .and_then(|r| r.first())
+                    .filter(|r| status::is_exited(r));
+                if let Some(record) = exited {
+                    state.running = None;
+                    state.waiting = None;
+                    state.terminated = Some(status::terminated(record, &self.ctx.runtime_name));
+                } else if state.terminated.is_none() {
                     let started_at = state.running.take().and_then(|r| r.started_at);
                     state.waiting = None;
                     state.terminated = Some(ContainerStateTerminated {
@@ -1098,6 +1107,45 @@ impl Worker {
                 tracing::warn!(pod = %pod_ref(pod), %error, "stopping a finished pod's sandbox");
             }
         }
+    }
+
+    /// Stops every running container within `grace` seconds (preStop hooks first) and the
+    /// sandbox for an eviction, and frees the pod's volumes. The containers stay, as
+    /// upstream's do, so their exit codes are reported and their logs read until the pod is
+    /// deleted. Returns the containers as they ended.
+    async fn stop_for_eviction(&mut self, pod: &Pod, grace: i64) -> Records {
+        if self.sandbox.is_none() {
+            self.kill_everything(grace).await;
+            return Records::new();
+        }
+        let records = self.observe().await.unwrap_or_default();
+        let spec = pod.spec.clone().unwrap_or_default();
+        let stops = records.iter().filter_map(|(name, list)| {
+            let running = list.first().filter(|r| is_running(r))?;
+            let container = spec
+                .containers
+                .iter()
+                .chain(spec.init_containers.iter().flatten())
+                .find(|c| &c.name == name)
+                .cloned()
+                .unwrap_or_else(|| Container {
+                    name: name.clone(),
+                    ..Default::default()
+                });
+            let id = running.id.clone();
+            let this = &*self;
+            Some(async move { this.stop_one(&container, &id, grace).await })
+        });
+        futures::future::join_all(stops).await;
+        if let Some(sandbox) = &self.sandbox {
+            if let Err(error) = self.ctx.runtime.stop_pod_sandbox(&sandbox.id).await {
+                tracing::warn!(pod = %pod_ref(pod), %error, "stopping an evicted pod's sandbox");
+            }
+        }
+        if let Some(volumes) = &mut self.volumes {
+            volumes.tear_down();
+        }
+        self.observe().await.unwrap_or(records)
     }
 
     /// Stops every container (preStop hooks first, regular containers before sidecars)
