@@ -1,7 +1,8 @@
 //! The scheduler inside `rudder server`, on every storage driver, driven by kubectl 1.33 as a
 //! user would: three Ready Node objects with different labels, capacity and taints, and pods
 //! that must land where upstream's kube-scheduler would put them — or stay Pending with its
-//! message. Until there is a kubelet, a stand-in finishes the deletion of pods that are
+//! message (resources, selectors, taints, preemption, profiles, gates, and the volume plugins:
+//! a zoned volume, a ReadWriteOncePod claim). Until there is a kubelet, a stand-in finishes the deletion of pods that are
 //! terminating (as a kubelet would once their containers stopped), so preemption completes.
 
 // Test code: a failed expectation is meant to panic.
@@ -356,6 +357,77 @@ spec:
     )
     .await;
     kubectl.ok_ns(&["delete", "pod", "urgent", "--grace-period=0", "--force"]);
+
+    // Volumes: a pod whose bound volume is labelled with a zone goes to that zone's node
+    // (VolumeZone); a ReadWriteOncePod claim serves one pod at a time (VolumeRestrictions).
+    let volumes = r#"
+apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: pv-zone-b
+  labels: {topology.kubernetes.io/zone: zone-b}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  hostPath: {path: /tmp/pv-zone-b}
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: pv-solo}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOncePod]
+  hostPath: {path: /tmp/pv-solo}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: zoned}
+spec:
+  storageClassName: ""
+  volumeName: pv-zone-b
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: solo}
+spec:
+  storageClassName: ""
+  volumeName: pv-solo
+  accessModes: [ReadWriteOncePod]
+  resources: {requests: {storage: 1Gi}}
+"#;
+    kubectl.ok_ns(&["apply", "-f", &kubectl.file("volumes.yaml", volumes)]);
+    let with_claim = |name: &str, claim: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  containers: [{{name: c, image: busybox}}]\n  volumes: [{{name: data, persistentVolumeClaim: {{claimName: {claim}}}}}]\n"
+        )
+    };
+    let claimants = [with_claim("in-zone", "zoned"), with_claim("solo-1", "solo")].join("---\n");
+    kubectl.ok_ns(&["apply", "-f", &kubectl.file("claimants.yaml", &claimants)]);
+    let placed = wait_bound(&pods, &["in-zone", "solo-1"]).await;
+    assert_eq!(placed["in-zone"], "node-b");
+    kubectl.ok_ns(&[
+        "apply",
+        "-f",
+        &kubectl.file("solo-2.yaml", &with_claim("solo-2", "solo")),
+    ]);
+    rudder_tests::eventually("solo-2's message", Duration::from_secs(60), || async {
+        unschedulable_message(&pods, "solo-2").await.is_some_and(|m| {
+            m.starts_with("0/3 nodes are available: 3 node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode.")
+        })
+    })
+    .await;
+    kubectl.ok_ns(&["delete", "pod", "solo-1", "--grace-period=0", "--force"]);
+    wait_bound(&pods, &["solo-2"]).await;
+    kubectl.ok_ns(&[
+        "delete",
+        "pod",
+        "in-zone",
+        "solo-2",
+        "--grace-period=0",
+        "--force",
+    ]);
 
     // A second profile places pods that name it; pods naming no profile here stay Pending.
     let profiles = r#"

@@ -130,6 +130,16 @@ pub const POD_AND_NODE_EVENTS: &[ClusterEvent] = &[
     ClusterEvent::NodeChanged,
 ];
 
+/// The events that matter to plugins reading claims and volumes (VolumeBinding, VolumeZone):
+/// storage objects added or changed, and nodes added or relabelled.
+pub const VOLUME_EVENTS: &[ClusterEvent] = &[
+    ClusterEvent::ClaimChanged,
+    ClusterEvent::VolumeChanged,
+    ClusterEvent::StorageClassAdded,
+    ClusterEvent::NodeAdded,
+    ClusterEvent::NodeChanged,
+];
+
 /// What one cycle's plugins compute and read back, by plugin name.
 #[derive(Default)]
 pub struct CycleState {

@@ -6,6 +6,8 @@ pub mod resources_fit;
 pub mod simple;
 pub mod topology_spread;
 pub mod volume_binding;
+pub mod volume_restrictions;
+pub mod volume_zone;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,7 +27,9 @@ pub const DEFAULTS: &[(&str, i64)] = &[
     ("NodeAffinity", 2),
     ("NodePorts", 0),
     ("NodeResourcesFit", 1),
+    ("VolumeRestrictions", 0),
     ("VolumeBinding", 0),
+    ("VolumeZone", 0),
     ("PodTopologySpread", 2),
     ("InterPodAffinity", 2),
     ("DefaultPreemption", 0),
@@ -97,6 +101,8 @@ fn build(name: &str, args: &Value, profile: &str) -> Result<Arc<dyn Plugin>, Con
         }
         "ImageLocality" => Arc::new(ImageLocality),
         "VolumeBinding" => Arc::new(volume_binding::VolumeBinding),
+        "VolumeRestrictions" => Arc::new(volume_restrictions::VolumeRestrictions),
+        "VolumeZone" => Arc::new(volume_zone::VolumeZone),
         "DefaultPreemption" => Arc::new(DefaultPreemption),
         "DefaultBinder" => Arc::new(DefaultBinder),
         other => {
@@ -271,7 +277,9 @@ mod tests {
                 "NodeAffinity",
                 "NodePorts",
                 "NodeResourcesFit",
+                "VolumeRestrictions",
                 "VolumeBinding",
+                "VolumeZone",
                 "PodTopologySpread",
                 "InterPodAffinity"
             ]

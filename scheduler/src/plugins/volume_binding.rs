@@ -154,13 +154,7 @@ impl Plugin for VolumeBinding {
         ]
     }
     fn events(&self) -> &'static [ClusterEvent] {
-        &[
-            ClusterEvent::ClaimChanged,
-            ClusterEvent::VolumeChanged,
-            ClusterEvent::StorageClassAdded,
-            ClusterEvent::NodeAdded,
-            ClusterEvent::NodeChanged,
-        ]
+        crate::framework::VOLUME_EVENTS
     }
 
     fn pre_filter(&self, state: &mut CycleState, ctx: &Ctx) -> Status {
