@@ -335,6 +335,9 @@ pub static RESOURCES: &[ResourceInfo] = &[
     authorization::TOKEN_REVIEWS,
     // Older versions served beside a group's preferred one (listed after it).
     authorization::SELF_SUBJECT_REVIEWS_V1BETA1,
+    // metrics.k8s.io/v1beta1: answered from the kubelets, never stored
+    crate::kinds::metrics::NODE_METRICS,
+    crate::kinds::metrics::POD_METRICS,
 ];
 
 /// The API groups in discovery order (core first).

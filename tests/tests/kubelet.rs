@@ -3,7 +3,8 @@
 //! `RUDDER_TEST_CONTAINERD`) — Running with a pod IP that answers HTTP, `logs` (and `-f`),
 //! `exec` with kubectl 1.27 (SPDY), 1.30 and 1.33, `cp` both ways, `port-forward`,
 //! CrashLoopBackOff, a liveness restart, a Job to Completed, a configMap volume that follows
-//! updates, the Summary API and resource metrics through nodes/proxy, eviction of a pod over
+//! updates, the Summary API and resource metrics through nodes/proxy, `kubectl top` (1.27
+//! and 1.33), eviction of a pod over
 //! its emptyDir sizeLimit, and deletion; and hollow nodes (fake runtime) running a Deployment and a Job.
 
 // Test code: a failed expectation is meant to panic.
@@ -216,6 +217,43 @@ async fn pods_run_on_containerd_and_kubectl_reaches_them() {
             "{family} missing from\n{metrics}"
         );
     }
+
+    // `kubectl top` (metrics.k8s.io, answered from the kubelet's summary) with the oldest
+    // and newest kubectl; a CPU rate needs two samples, so the first answers may be empty.
+    for version in ["1.27", "1.33"] {
+        let top = Kubectl {
+            server: &server,
+            version,
+            namespace: "default".into(),
+        };
+        until("kubectl top pod web", 60, || {
+            top.run(&["top", "pod", "web", "--no-headers"])
+                .status
+                .success()
+        })
+        .await;
+        let pods = top.ok(&["top", "pod", "web", "--containers", "--no-headers"]);
+        assert!(pods.starts_with("web ") && pods.contains(" web "), "{pods}");
+        let nodes = top.ok(&["top", "node", "--no-headers"]);
+        assert!(nodes.starts_with("rudder-kubelet-test "), "{nodes}");
+    }
+    let missing = kubectl.run(&["top", "pod", "no-such-pod"]);
+    assert!(
+        String::from_utf8_lossy(&missing.stderr)
+            .contains("pods.metrics.k8s.io \"no-such-pod\" not found"),
+        "{missing:?}"
+    );
+    let listed: serde_json::Value = serde_json::from_str(&kubectl.ok(&[
+        "get",
+        "--raw",
+        "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods?labelSelector=run%3Dweb",
+    ]))
+    .unwrap();
+    assert_eq!(listed["kind"], "PodMetricsList");
+    assert_eq!(listed["items"][0]["metadata"]["name"], "web", "{listed}");
+    assert!(listed["items"][0]["containers"][0]["usage"]["cpu"]
+        .as_str()
+        .is_some_and(|cpu| cpu.ends_with('n')));
 
     // A pod that outgrows its emptyDir's sizeLimit is evicted: Failed, reason Evicted, with
     // upstream's message and a DisruptionTarget condition; its containers are gone.

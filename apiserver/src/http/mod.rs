@@ -19,6 +19,7 @@ pub mod kubelet_proxy;
 pub mod metrics;
 mod oidc;
 mod openapi;
+mod resource_metrics;
 mod resources;
 mod respond;
 mod warnings;

@@ -69,6 +69,8 @@ pub async fn handle(State(state): State<AppState>, request: Request) -> Response
                 // Upstream counts connect requests (and pods/log) as CONNECT.
                 labels.verb = "CONNECT".to_string();
                 super::kubelet_proxy::serve(&state, &caller, &info, &query, parts, body).await
+            } else if info.resource.group == crate::kinds::metrics::GROUP {
+                super::resource_metrics::serve(&state, &caller, &info, &query, &parts.headers).await
             } else {
                 resource(&state, &caller, &info, &query, &parts.headers, body).await
             };

@@ -34,6 +34,7 @@ pub mod config;
 pub mod coordination;
 pub mod discovery;
 pub mod events;
+pub mod metrics;
 pub mod namespace;
 pub mod networking;
 pub mod node;

@@ -132,10 +132,18 @@ pub fn v2_json(custom: &Served) -> Document {
     }
 }
 
+/// The built-in resources the documents describe: all but metrics.k8s.io, whose kinds
+/// upstream's schema data does not hold (metrics-server publishes them itself).
+fn documented() -> impl Iterator<Item = &'static ResourceInfo> {
+    catalog::RESOURCES
+        .iter()
+        .filter(|info| info.group != crate::kinds::metrics::GROUP)
+}
+
 /// The served group-versions in discovery order (core first).
 fn group_versions() -> Vec<(&'static str, &'static str)> {
     let mut out: Vec<(&'static str, &'static str)> = Vec::new();
-    for info in catalog::RESOURCES {
+    for info in documented() {
         if !out.contains(&(info.group, info.version)) {
             out.push((info.group, info.version));
         }
@@ -189,8 +197,7 @@ fn bearer_token() -> Value {
 
 /// The v3 document of one group-version.
 fn v3_value(group: &str, version: &str, custom: &Served) -> Value {
-    let resources: Vec<&'static ResourceInfo> = catalog::RESOURCES
-        .iter()
+    let resources: Vec<&'static ResourceInfo> = documented()
         .filter(|info| info.group == group && info.version == version)
         .chain(custom.in_group_version(group, version))
         .collect();
@@ -210,8 +217,7 @@ fn v3_value(group: &str, version: &str, custom: &Served) -> Value {
 
 /// The swagger 2.0 document of every served resource.
 fn v2_value(custom: &Served) -> Value {
-    let resources: Vec<&'static ResourceInfo> = catalog::RESOURCES
-        .iter()
+    let resources: Vec<&'static ResourceInfo> = documented()
         .chain(custom.resources.iter().copied())
         .collect();
     let overlaid = custom::overlay(schemas::data(), &resources);

@@ -33,7 +33,7 @@ pub struct Collector {
     settings: NodeSettings,
     pods: crate::pods::Handle,
     /// The last CPU sample (time in ns, busy ns) of the node (key "") and of each container.
-    cpu_samples: Mutex<HashMap<String, (i64, u64)>>,
+    cpu_samples: Mutex<HashMap<String, CpuSample>>,
 }
 
 fn rfc3339(nanos: i64) -> String {
@@ -102,6 +102,18 @@ fn on_node_disk(pod: Option<&Pod>, name: &str) -> bool {
     }
 }
 
+/// The shortest window a CPU rate is computed over (upstream's cAdvisor housekeeping is at
+/// least a second too).
+const MIN_RATE_WINDOW_NANOS: i64 = 1_000_000_000;
+
+/// One CPU sample and the rate computed when it was taken.
+#[derive(Debug, Clone, Copy)]
+struct CpuSample {
+    time: i64,
+    busy: u64,
+    rate: Option<u64>,
+}
+
 impl Collector {
     pub fn new(
         runtime: Arc<dyn Runtime>,
@@ -120,20 +132,36 @@ impl Collector {
         }
     }
 
-    /// Usage in nano-cores since the previous sample of `key`, which this one replaces.
+    /// Usage in nano-cores since the previous sample of `key`, which this one replaces —
+    /// unless that sample is less than [`MIN_RATE_WINDOW_NANOS`] old: then the rate last
+    /// computed stands, so that scrapes close together (the eviction manager's, a metrics
+    /// reader's) do not shrink the window to nothing.
     fn rate(&self, key: &str, time: i64, busy: u64) -> Option<u64> {
         let mut samples = self
             .cpu_samples
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let previous = samples.insert(key.to_owned(), (time, busy));
-        let (then, was) = previous?;
-        let elapsed = u64::try_from(time.checked_sub(then)?).ok()?;
-        if elapsed == 0 {
+        let fresh = CpuSample {
+            time,
+            busy,
+            rate: None,
+        };
+        let Some(base) = samples.get_mut(key) else {
+            samples.insert(key.to_owned(), fresh);
             return None;
+        };
+        let elapsed = time.checked_sub(base.time).unwrap_or(-1);
+        if (0..MIN_RATE_WINDOW_NANOS).contains(&elapsed) {
+            return base.rate;
         }
-        let used = u128::from(busy.checked_sub(was)?);
-        u64::try_from(used * 1_000_000_000 / u128::from(elapsed)).ok()
+        let rate = match (u64::try_from(elapsed), busy.checked_sub(base.busy)) {
+            (Ok(elapsed), Some(used)) if elapsed > 0 => {
+                u64::try_from(u128::from(used) * 1_000_000_000 / u128::from(elapsed)).ok()
+            }
+            _ => None,
+        };
+        *base = CpuSample { rate, ..fresh };
+        rate
     }
 
     /// Forgets the samples of containers that are gone.

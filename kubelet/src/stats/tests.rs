@@ -152,7 +152,7 @@ async fn the_summary_has_the_node_and_each_pods_containers_volumes_and_storage()
 }
 
 #[test]
-fn cpu_rates_come_from_consecutive_samples() {
+fn cpu_rates_come_from_samples_at_least_a_second_apart() {
     let root = tempfile::tempdir().unwrap();
     let runtime = Arc::new(FakeRuntime::new("10.0.0", Duration::from_secs(3600)));
     let collector = Collector::new(
@@ -167,6 +167,16 @@ fn cpu_rates_come_from_consecutive_samples() {
     assert_eq!(
         collector.rate("c1", 3_000_000_000, 6_000_000_000),
         Some(500_000_000)
+    );
+    // A sample less than a second later keeps the last rate and the window's start.
+    assert_eq!(
+        collector.rate("c1", 3_100_000_000, 9_000_000_000),
+        Some(500_000_000)
+    );
+    assert_eq!(
+        collector.rate("c1", 5_000_000_000, 8_000_000_000),
+        Some(1_000_000_000),
+        "one core over the two seconds since the last window began"
     );
     // A counter that went back (a restarted container) gives no rate.
     assert_eq!(collector.rate("c1", 4_000_000_000, 1), None);

@@ -257,6 +257,16 @@ fn own_cluster_roles() -> Vec<Value> {
             &[TO_ADMIN, TO_EDIT, TO_VIEW],
             view_rules(),
         ),
+        // metrics-server's role, so that whoever may view may `kubectl top`.
+        cluster_role(
+            "system:aggregated-metrics-reader",
+            &[TO_ADMIN, TO_EDIT, TO_VIEW],
+            vec![rule(
+                &["metrics.k8s.io"],
+                &["pods", "nodes"],
+                &["get", "list", "watch"],
+            )],
+        ),
     ]
 }
 

@@ -24,6 +24,7 @@ mod connect;
 mod endpoint;
 mod log;
 mod options;
+pub mod stats;
 #[cfg(test)]
 mod tests;
 mod upgrade;
