@@ -205,6 +205,12 @@ async fn pods_run_on_containerd_and_kubectl_reaches_them() {
     assert!(web_stats["ephemeral-storage"]["usedBytes"]
         .as_u64()
         .is_some());
+    assert!(
+        web_stats["process_stats"]["process_count"]
+            .as_u64()
+            .is_some_and(|count| count >= 1),
+        "{web_stats}"
+    );
     let metrics = kubectl.ok(&["get", "--raw", &format!("{node_proxy}/metrics/resource")]);
     for family in [
         "container_memory_working_set_bytes{container=\"web\",namespace=\"default\",pod=\"web\"}",

@@ -88,7 +88,11 @@ fn used(stats: Option<&PodStats>, signal: Signal) -> u64 {
             .as_ref()
             .and_then(|f| f.inodes_used)
             .unwrap_or(0),
-        Signal::PidAvailable => 0,
+        Signal::PidAvailable => stats
+            .process_stats
+            .as_ref()
+            .and_then(|p| p.process_count)
+            .unwrap_or(0),
     }
 }
 
@@ -310,6 +314,34 @@ pub(crate) mod tests {
         assert_eq!(
             names(&rank(Signal::MemoryAvailable, &pods, &stats)),
             vec!["over-large", "over-small", "over-important", "within"]
+        );
+    }
+
+    #[test]
+    fn under_pid_pressure_lower_priority_goes_first_then_the_most_processes() {
+        let pods = vec![
+            pod("few", 0, None),
+            pod("many", 0, None),
+            pod("important", 1000, None),
+        ];
+        let processes = |uid: &str, count: u64| {
+            let stats = PodStats {
+                process_stats: Some(crate::stats::summary::ProcessStats {
+                    process_count: Some(count),
+                }),
+                ..Default::default()
+            };
+            (uid.to_string(), stats)
+        };
+        let stats: HashMap<String, PodStats> = [
+            processes("few", 5),
+            processes("many", 50),
+            processes("important", 500),
+        ]
+        .into();
+        assert_eq!(
+            names(&rank(Signal::PidAvailable, &pods, &stats)),
+            vec!["many", "few", "important"]
         );
     }
 

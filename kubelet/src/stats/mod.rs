@@ -406,6 +406,16 @@ impl Collector {
         stats.cpu = Some(cpu);
         stats.memory = Some(memory);
         stats.ephemeral_storage = Some(usage_on(time, nodefs, disk, inodes));
+        stats.process_stats = pod
+            .and_then(|pod| {
+                crate::cgroups::process_count(&crate::pods::spec::cgroup_parent(
+                    &self.settings,
+                    pod,
+                ))
+            })
+            .map(|count| summary::ProcessStats {
+                process_count: Some(count),
+            });
     }
 }
 

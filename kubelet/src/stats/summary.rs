@@ -116,6 +116,16 @@ pub struct PodStats {
     /// Containers' writable layers and logs plus the pod's disk-backed volumes.
     #[serde(rename = "ephemeral-storage", skip_serializing_if = "Option::is_none")]
     pub ephemeral_storage: Option<FsStats>,
+    /// The processes in the pod's cgroup.
+    #[serde(rename = "process_stats", skip_serializing_if = "Option::is_none")]
+    pub process_stats: Option<ProcessStats>,
+}
+
+/// A pod's processes, in upstream's (snake_case) field names.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessStats {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub process_count: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
