@@ -3,7 +3,8 @@
 //! `server` (the Kubernetes API over a store), `kubeconfig` (print its admin kubeconfig),
 //! `controller-manager` (the controllers alone, through a kubeconfig),
 //! `etcd` (the etcd v3 gateway over a store), `version`, `storage check` (open a storage URL,
-//! apply migrations, print the store's status), and the benchmarks — `bench storage` (the
+//! apply migrations, print the store's status), `storage migrate` and `storage snapshot` (copy a
+//! store to another driver or to a file, revisions kept), and the benchmarks — `bench storage` (the
 //! storage workloads on each driver side by side with real etcd), `bench api`, `authz`,
 //! `admission`, `scheduler`, `kubelet`, `network`, `watch` and `controllers`, each printing its
 //! figures beside a reference measured in the same run or published upstream.
@@ -21,6 +22,7 @@ mod network;
 mod scheduler;
 mod serve;
 mod storage_check;
+mod storage_copy;
 mod storage_get;
 mod token;
 
@@ -89,6 +91,14 @@ enum StorageCommand {
     /// Print what the store holds under a key or prefix, decoded (protobuf or JSON) and
     /// decrypted (with --encryption-provider-config).
     Get(storage_get::GetArgs),
+    /// Copy a whole store into another (any two drivers), keeping every key's revisions so
+    /// clients' resourceVersions stay valid; verifies the copy key by key.
+    Migrate(storage_copy::MigrateArgs),
+    /// Consistent snapshots of a store in Rudder's own file format, restorable into any driver.
+    Snapshot {
+        #[command(subcommand)]
+        command: storage_copy::SnapshotCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -191,6 +201,12 @@ fn main() -> ExitCode {
             Command::Storage {
                 command: StorageCommand::Get(args),
             } => storage_get::run(args).await,
+            Command::Storage {
+                command: StorageCommand::Migrate(args),
+            } => storage_copy::migrate(args).await,
+            Command::Storage {
+                command: StorageCommand::Snapshot { command },
+            } => storage_copy::snapshot(command).await,
             Command::Bench {
                 command: BenchCommand::Storage(args),
             } => bench::run(args).await,

@@ -245,6 +245,12 @@ impl Storage for Instrumented {
             .await
     }
 
+    async fn restore(&self, step: RestoreStep) -> Result<()> {
+        let span = tracing::debug_span!("storage.restore");
+        self.timed("restore", None, span, self.inner.restore(step))
+            .await
+    }
+
     async fn compact(&self, revision: Revision) -> Result<()> {
         let span = tracing::debug_span!("storage.compact", revision);
         self.timed("compact", None, span, self.inner.compact(revision))

@@ -95,6 +95,16 @@ pub trait Storage: Send + Sync + 'static {
     /// Stops background work (watch source, lease expiry, compaction) and closes connections.
     async fn close(&self);
 
+    /// Loads one step of a copy of another store (see [`RestoreStep`]). The store must be
+    /// empty when the first step comes, and nothing else may write to it until `Finish`.
+    /// Drivers that cannot take a copy refuse with `InvalidArgument`.
+    async fn restore(&self, step: RestoreStep) -> Result<()> {
+        let _ = step;
+        Err(Error::InvalidArgument(
+            "this store cannot load a copy of another".into(),
+        ))
+    }
+
     /// The key's state at `revision` (0: latest), or `None` when it does not exist there.
     async fn get(&self, key: &[u8], revision: Revision) -> Result<Option<KeyValue>> {
         let response = self

@@ -13,6 +13,7 @@
 //! [`conformance`] behind the `testing` feature.
 
 pub mod config;
+pub mod copy;
 pub mod error;
 pub mod etcd;
 pub mod instrumented;

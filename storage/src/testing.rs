@@ -267,3 +267,88 @@ pub async fn etcd() -> Option<Box<dyn Harness>> {
     ));
     Some(Box::new(harness))
 }
+
+/// An etcd process of the case's own (a new data directory, loopback ports), for cases that
+/// need an etcd nobody else has written to — a copy keeps its revisions only in a new etcd.
+/// Killed when dropped.
+pub struct OwnEtcd {
+    endpoint: String,
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for OwnEtcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[async_trait]
+impl Harness for OwnEtcd {
+    fn driver(&self) -> &'static str {
+        "etcd"
+    }
+    fn url(&self) -> String {
+        format!("etcd://{}", self.endpoint)
+    }
+}
+
+/// Starts an etcd of the case's own; `None` (loudly) when the `etcd` binary is missing
+/// outside CI, a failure under `CI=true`.
+pub async fn own_etcd() -> Option<OwnEtcd> {
+    let binary = std::env::var("RUDDER_TEST_ETCD_BINARY").unwrap_or_else(|_| "etcd".into());
+    let free_port = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .map(|address| address.port())
+            .expect("a free loopback port")
+    };
+    let (client, peer) = (free_port(), free_port());
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let endpoint = format!("127.0.0.1:{client}");
+    let spawned = std::process::Command::new(&binary)
+        .arg("--data-dir")
+        .arg(dir.path().join("etcd"))
+        .arg("--listen-client-urls")
+        .arg(format!("http://{endpoint}"))
+        .arg("--advertise-client-urls")
+        .arg(format!("http://{endpoint}"))
+        .arg("--listen-peer-urls")
+        .arg(format!("http://127.0.0.1:{peer}"))
+        .arg("--initial-advertise-peer-urls")
+        .arg(format!("http://127.0.0.1:{peer}"))
+        .arg("--initial-cluster")
+        .arg(format!("default=http://127.0.0.1:{peer}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    let child = match spawned {
+        Ok(child) => child,
+        Err(error) if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
+            panic!("cannot start {binary} but CI=true: {error}; run scripts/test.sh")
+        }
+        Err(error) => {
+            eprintln!("SKIPPED: cannot start {binary}: {error}");
+            return None;
+        }
+    };
+    let etcd = OwnEtcd {
+        endpoint,
+        child,
+        _dir: dir,
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let config = StorageConfig::parse(&etcd.url()).expect("etcd URL");
+        if let Ok(store) = crate::open_config(&config).await {
+            store.close().await;
+            return Some(etcd);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the case's own etcd did not answer within 20 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

@@ -399,6 +399,30 @@ pub struct LeaseInfo {
     pub keys: Vec<Vec<u8>>,
 }
 
+/// One step of loading a copy of another store into an empty one (`rudder storage migrate`,
+/// snapshot restore), so that every key keeps its revisions, version and lease and clients'
+/// resourceVersions stay valid. Steps come in this order: `Leases`, then `Keys` (any number of
+/// times), then `Revision` (ascending, any number of times), then `Finish` once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RestoreStep {
+    /// Leases to grant, with their ids and TTLs.
+    Leases(Vec<Lease>),
+    /// Live keys as of the copy's base revision, in any order, each with its own
+    /// `create_revision`, `mod_revision`, `version` and `lease`.
+    Keys(Vec<KeyValue>),
+    /// One revision after the base: its events, in order (a delete's `kv` holds just the key).
+    Revision {
+        revision: Revision,
+        events: Vec<Event>,
+    },
+    /// The copy is complete: the store's revision becomes `revision` and history below
+    /// `compacted` (the base) is reported compacted.
+    Finish {
+        revision: Revision,
+        compacted: Revision,
+    },
+}
+
 /// The store's vital signs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Status {

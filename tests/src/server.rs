@@ -51,7 +51,7 @@ impl RudderServer {
     /// for the server's own containerd, a kubelet port) or says so itself: on a machine with
     /// containerd every server would otherwise start a containerd of its own and run the tests'
     /// pods for real.
-    fn start_command(mut command: Command, storage_url: &str, args: &[&str]) -> RudderServer {
+    fn start_command(command: Command, storage_url: &str, args: &[&str]) -> RudderServer {
         let given = |flag: &str| args.iter().any(|arg| arg.starts_with(flag));
         let wants_agent = [
             "--disable-agent",
@@ -79,7 +79,32 @@ impl RudderServer {
             &["--listen", "127.0.0.1:0"]
         };
         let dir = tempfile::tempdir().expect("temporary data dir");
-        let log = std::fs::File::create(dir.path().join("server.log")).expect("server log file");
+        Self::spawn_in(
+            command,
+            dir,
+            storage_url,
+            args,
+            listen,
+            no_agent,
+            &no_network,
+        )
+    }
+
+    /// Runs the server command in `dir` (its data dir is `dir/data`, its log `dir/server.log`).
+    fn spawn_in(
+        mut command: Command,
+        dir: tempfile::TempDir,
+        storage_url: &str,
+        args: &[&str],
+        listen: &[&str],
+        no_agent: &[&str],
+        no_network: &[&str],
+    ) -> RudderServer {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.path().join("server.log"))
+            .expect("server log file");
         let child = command
             .arg("server")
             .arg("--data-dir")
@@ -88,7 +113,7 @@ impl RudderServer {
             .args(["--storage", storage_url])
             .args(args)
             .args(no_agent)
-            .args(&no_network)
+            .args(no_network)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("server log file"))
@@ -262,6 +287,37 @@ impl RudderServer {
 }
 
 impl RudderServer {
+    /// Stops the server (SIGTERM) and starts it again on `storage_url`, with the same data
+    /// dir, address and certificates, and no agent — what a user does after moving the
+    /// cluster's store (`rudder storage migrate`). The log goes on in the same file.
+    pub fn restart_on(self, binary: &str, storage_url: &str) -> RudderServer {
+        let mut old = self;
+        assert!(old.terminate(), "the server did not stop within 20 s");
+        let kubeconfig = std::fs::read_to_string(&old.kubeconfig).expect("kubeconfig");
+        let address = kubeconfig
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("server: "))
+            .map(|url| {
+                url.trim_matches('"')
+                    .trim_start_matches("https://")
+                    .to_string()
+            })
+            .expect("the kubeconfig names the server");
+        let placeholder = tempfile::tempdir().expect("temporary dir");
+        let dir = std::mem::replace(&mut old.dir, placeholder);
+        drop(old);
+        let listen = ["--listen", address.as_str()];
+        Self::spawn_in(
+            Command::new(binary),
+            dir,
+            storage_url,
+            &[],
+            &listen,
+            &["--disable-agent"],
+            &[],
+        )
+    }
+
     /// Stops the server as a user would (SIGTERM), so it stops what it started (its own
     /// containerd); SIGKILL if it has not stopped within 20 s. Returns whether it stopped
     /// by itself.

@@ -5,6 +5,7 @@
 //! does its own fan-out, so this driver needs no hub ([`watch`] also explains how progress
 //! requests are answered on etcd versions whose own answers cannot be trusted).
 
+mod restore;
 mod watch;
 
 use std::sync::Arc;
@@ -38,6 +39,8 @@ pub struct EtcdStore {
     progress: ProgressMode,
     shutdown: CancellationToken,
     compactor: std::sync::Mutex<Option<JoinHandle<()>>>,
+    /// The state of a copy being loaded ([`Storage::restore`]).
+    restore: tokio::sync::Mutex<restore::Loader>,
 }
 
 impl EtcdStore {
@@ -89,6 +92,7 @@ impl EtcdStore {
             progress,
             shutdown: CancellationToken::new(),
             compactor: std::sync::Mutex::new(None),
+            restore: tokio::sync::Mutex::new(restore::Loader::default()),
         });
         let compactor = spawn_compactor(
             Arc::downgrade(&store),
@@ -356,6 +360,10 @@ impl Storage for EtcdStore {
             .await
             .map_err(translate)?;
         Ok(())
+    }
+
+    async fn restore(&self, step: RestoreStep) -> Result<()> {
+        self.restore_step(step).await
     }
 
     async fn lease_grant(&self, ttl: i64, id: LeaseId) -> Result<Lease> {

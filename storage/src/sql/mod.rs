@@ -10,6 +10,7 @@ mod dialect;
 mod leases;
 mod poller;
 mod reader;
+mod restore;
 mod setup;
 mod txn;
 mod writer;
@@ -62,6 +63,8 @@ pub struct SqlStore {
     shutdown: CancellationToken,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     clock: Clock,
+    /// Base rows loaded so far by [`Storage::restore`], which numbers them.
+    restored_keys: std::sync::atomic::AtomicI64,
 }
 
 /// Creates a missing database file readable by its owner only (it holds every Secret);
@@ -287,6 +290,7 @@ impl SqlStore {
             shutdown: shutdown.clone(),
             tasks: Mutex::new(Vec::new()),
             clock,
+            restored_keys: std::sync::atomic::AtomicI64::new(0),
         });
         store.track(tokio::spawn(writer.run()));
         let poller = poller::Poller {
@@ -394,6 +398,21 @@ impl Storage for SqlStore {
 
     async fn compact(&self, revision: Revision) -> Result<()> {
         self.submit(|reply| Job::Compact { revision, reply }).await
+    }
+
+    async fn restore(&self, step: RestoreStep) -> Result<()> {
+        let first_sub = match &step {
+            RestoreStep::Keys(kvs) => self
+                .restored_keys
+                .fetch_add(kvs.len() as i64, std::sync::atomic::Ordering::Relaxed),
+            _ => 0,
+        };
+        self.submit(|reply| Job::Restore {
+            step,
+            first_sub,
+            reply,
+        })
+        .await
     }
 
     async fn lease_grant(&self, ttl: i64, id: LeaseId) -> Result<Lease> {

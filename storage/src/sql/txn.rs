@@ -31,18 +31,18 @@ const BYTES_PER_INSERT: usize = 4 * 1024 * 1024;
 
 /// A log row to write.
 #[derive(Clone, Debug)]
-struct LogRow {
-    revision: Revision,
-    sub: i64,
-    key: Vec<u8>,
-    value: Vec<u8>,
-    create_revision: Revision,
-    prev_revision: Revision,
-    version: i64,
-    lease: LeaseId,
-    deleted: bool,
+pub(super) struct LogRow {
+    pub(super) revision: Revision,
+    pub(super) sub: i64,
+    pub(super) key: Vec<u8>,
+    pub(super) value: Vec<u8>,
+    pub(super) create_revision: Revision,
+    pub(super) prev_revision: Revision,
+    pub(super) version: i64,
+    pub(super) lease: LeaseId,
+    pub(super) deleted: bool,
     /// The revision of the key's next row, when that row is in the same batch.
-    next_revision: Revision,
+    pub(super) next_revision: Revision,
 }
 
 /// Splits rows into insert statements of at most `ROWS_PER_INSERT` rows and, past the first
@@ -124,7 +124,7 @@ impl<'c> Batch<'c> {
     }
 
     /// The latest row of `key`, tombstone or not.
-    async fn latest(&mut self, key: &[u8]) -> Result<Option<LatestRow>> {
+    pub(super) async fn latest(&mut self, key: &[u8]) -> Result<Option<LatestRow>> {
         if let Some(cached) = self.cache.get(key) {
             return Ok(cached.clone());
         }
@@ -147,7 +147,7 @@ impl<'c> Batch<'c> {
             .map(|row| row.kv))
     }
 
-    fn write(&mut self, row: LogRow) {
+    pub(super) fn write(&mut self, row: LogRow) {
         // The row this one supersedes stops being its key's latest.
         if row.prev_revision != 0 {
             let previous =

@@ -65,6 +65,12 @@ pub(crate) enum Job {
         revision: Revision,
         reply: oneshot::Sender<Result<()>>,
     },
+    /// One step of loading a copy of another store; `first_sub` numbers its base rows.
+    Restore {
+        step: RestoreStep,
+        first_sub: i64,
+        reply: oneshot::Sender<Result<()>>,
+    },
 }
 
 /// What a job produced, before the commit makes it true.
@@ -227,7 +233,8 @@ impl Writer {
         state.prefetch(keys).await?;
         let mut compaction = None;
         for job in batch {
-            let protected = matches!(job, Job::Txn { request, .. } if may_fail_midway(request));
+            let protected = matches!(job, Job::Txn { request, .. } if may_fail_midway(request))
+                || matches!(job, Job::Restore { .. });
             if protected {
                 state.flush().await?;
                 state
@@ -343,6 +350,12 @@ impl Writer {
                     .execute(&mut *state.conn)
                     .await
                     .map_err(translate)?;
+                Outcome::Done
+            }
+            Job::Restore {
+                step, first_sub, ..
+            } => {
+                super::restore::apply(state, self.dialect, step, *first_sub).await?;
                 Outcome::Done
             }
             Job::Compact {
@@ -478,7 +491,9 @@ fn reply(job: Job, outcome: Result<Outcome>) {
                 }
             }));
         }
-        Job::LeaseRevoke { reply, .. } | Job::Compact { reply, .. } => {
+        Job::LeaseRevoke { reply, .. }
+        | Job::Compact { reply, .. }
+        | Job::Restore { reply, .. } => {
             let _ = reply.send(outcome.map(|_| ()));
         }
     }
