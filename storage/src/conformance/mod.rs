@@ -65,6 +65,7 @@ macro_rules! conformance_tests {
             many_watchers_are_not_held_up_by_one_that_never_reads,
             a_watcher_behind_a_burst_catches_up_instead_of_failing,
             a_watcher_that_stops_reading_gets_every_event_when_it_resumes,
+            a_batch_revision_promises_every_event_up_to_it,
             a_watch_on_another_server_sees_every_event_or_compacted,
             lease_expiry_deletes_keys_with_watch_events,
             lease_keep_alive_time_to_live_list_and_revoke,

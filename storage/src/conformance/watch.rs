@@ -338,6 +338,55 @@ pub async fn a_watcher_behind_a_burst_catches_up_instead_of_failing(harness: &dy
     store.close().await;
 }
 
+/// A batch's revision is a promise: every event of the watch at or below it has come, so a
+/// consumer may skip later events at or below it and treat it as its progress (the
+/// apiserver's watch cache does both). A watch that catches up over thousands of revisions
+/// (etcd sends those a thousand revisions at a time, each response carrying the store's
+/// current revision) must keep the promise too.
+pub async fn a_batch_revision_promises_every_event_up_to_it(harness: &dyn Harness) {
+    let store = harness.open().await;
+    let first = put(&*store, "/promise/start", "0").await;
+    let keys = 2500;
+    let writers = 16;
+    let mut tasks = Vec::new();
+    for writer in 0..writers {
+        let store = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            for key in (writer..keys).step_by(writers) {
+                store
+                    .put(format!("/promise/{key:05}").as_bytes(), b"v", 0)
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let mut stream = store
+        .watch(WatchRequest::new(KeyRange::prefix("/promise/")).from_revision(first))
+        .await
+        .unwrap();
+    let (mut promised, mut seen) = (0, 0);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while seen < keys + 1 {
+        let batch = match tokio::time::timeout_at(deadline, stream.next()).await {
+            Ok(Some(Ok(batch))) => batch,
+            other => panic!("{seen} of {} events, then {other:?}", keys + 1),
+        };
+        for event in &batch.events {
+            assert!(
+                event.kv.mod_revision > promised,
+                "an event at revision {} came after a batch promised everything up to {promised}",
+                event.kv.mod_revision
+            );
+        }
+        seen += batch.events.len();
+        promised = promised.max(batch.revision);
+    }
+    store.close().await;
+}
+
 pub async fn a_watcher_that_stops_reading_gets_every_event_when_it_resumes(harness: &dyn Harness) {
     let store = harness.open().await;
     let mut stream = store

@@ -365,9 +365,12 @@ impl EtcdWatch {
                 fence.caught_up = true;
             }
         }
+        // Not the response's header revision: while etcd catches a watcher up it sends a
+        // thousand revisions at a time, each response carrying the store's current revision,
+        // and a batch's revision promises every event up to it.
         Some(Ok(WatchBatch {
             events,
-            revision: revision.max(last),
+            revision: last,
         }))
     }
 
