@@ -21,6 +21,7 @@ mod image;
 mod network;
 mod scheduler;
 mod serve;
+mod snapshots;
 mod storage_check;
 mod storage_copy;
 mod storage_get;

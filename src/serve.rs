@@ -177,6 +177,8 @@ pub struct ServerArgs {
     network: crate::network::NetworkArgs,
     #[command(flatten)]
     eviction: crate::agent::EvictionArgs,
+    #[command(flatten)]
+    snapshots: crate::snapshots::SnapshotArgs,
 }
 
 #[derive(clap::Args)]
@@ -267,6 +269,17 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
         eviction: args.eviction.settings()?,
     };
     let (url, store) = open_store(args.storage, &args.data_dir).await?;
+    let snapshots =
+        match args
+            .snapshots
+            .spawn(&args.data_dir, store.clone(), shutdown.child_token())
+        {
+            Ok(snapshots) => snapshots,
+            Err(error) => {
+                store.close().await;
+                return Err(error);
+            }
+        };
     let config = rudder_apiserver::Config {
         data_dir: args.data_dir,
         listen: args.listen,
@@ -408,6 +421,9 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
     if let Some(gateway) = gateway {
         let ended = gateway.await.context("the etcd gateway task");
         outcome = outcome.and(ended.and_then(|served| served));
+    }
+    if let Some(snapshots) = snapshots {
+        let _ = snapshots.await;
     }
     store.close().await;
     outcome

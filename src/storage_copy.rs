@@ -64,22 +64,25 @@ async fn open(url: &str) -> Result<Arc<dyn Storage>> {
         .with_context(|| format!("opening {}", shown(url)))
 }
 
-/// Opens the store a copy goes into, emptied first with `force`, refused when not empty.
+/// Opens the store a copy goes into: refused when it holds keys, unless `force`, which
+/// deletes them first (the store is opened first, so a database that does not exist yet is
+/// created rather than an error).
 async fn open_target(url: &str, force: bool) -> Result<Arc<dyn Storage>> {
-    if force {
-        rudder_storage::wipe(url)
-            .await
-            .with_context(|| format!("emptying {}", shown(url)))?;
-    }
     let target = open(url).await?;
-    if !copy::is_empty(target.as_ref()).await? {
-        target.close().await;
+    if copy::is_empty(target.as_ref()).await? {
+        return Ok(target);
+    }
+    target.close().await;
+    if !force {
         bail!(
             "{} is not empty: copy into an empty store, or pass --force to delete what it holds",
             shown(url)
         );
     }
-    Ok(target)
+    rudder_storage::wipe(url)
+        .await
+        .with_context(|| format!("emptying {}", shown(url)))?;
+    open(url).await
 }
 
 pub async fn migrate(args: MigrateArgs) -> Result<()> {

@@ -1,5 +1,8 @@
-//! Maintenance (Status, Alarm) and Cluster (MemberList): the gateway presents itself as a
-//! one-member cluster. Operations that only make sense for a raft member are refused plainly.
+//! Maintenance (Status, Alarm, Snapshot) and Cluster (MemberList): the gateway presents itself
+//! as a one-member cluster. Operations that only make sense for a raft member are refused
+//! plainly. Snapshot streams a Rudder snapshot (`rudder_storage::copy::snapshot`, the file
+//! `rudder storage snapshot save` writes), not a bbolt database: `etcdctl snapshot save` keeps
+//! it, and `rudder storage snapshot restore` loads it into any driver.
 
 use std::pin::Pin;
 
@@ -7,8 +10,14 @@ use etcd_client::proto::*;
 use futures::Stream;
 use tonic::{Request, Response, Status};
 
+use rudder_storage::copy::snapshot;
+use tokio::io::AsyncReadExt;
+
 use crate::status::{from_storage, unsupported};
 use crate::{Gateway, REPORTED_ETCD_VERSION};
+
+/// Bytes per Snapshot message (etcd sends 32 KiB; larger chunks mean fewer messages).
+const SNAPSHOT_CHUNK: usize = 1024 * 1024;
 
 #[tonic::async_trait]
 impl PbMaintenanceService for Gateway {
@@ -67,9 +76,46 @@ impl PbMaintenanceService for Gateway {
         &self,
         _: Request<PbSnapshotRequest>,
     ) -> Result<Response<Self::SnapshotStream>, Status> {
-        Err(unsupported(
-            "Snapshot (back up the database itself instead)",
-        ))
+        let dir = tempfile::tempdir().map_err(|error| {
+            Status::internal(format!("snapshot: a temporary directory: {error}"))
+        })?;
+        let path = dir.path().join("snapshot");
+        let saved = snapshot::save(self.store.as_ref(), &path, true, &mut |_| {})
+            .await
+            .map_err(from_storage)?;
+        let header = self.header(saved.header.plan.revision);
+        let file = tokio::fs::File::open(&path)
+            .await
+            .map_err(|error| Status::internal(format!("snapshot: {error}")))?;
+        let total = file
+            .metadata()
+            .await
+            .map_err(|error| Status::internal(format!("snapshot: {error}")))?
+            .len();
+        let chunks = futures::stream::unfold(
+            (file, total, header, Some(dir)),
+            |(mut file, remaining, header, dir)| async move {
+                if remaining == 0 {
+                    // The temporary directory goes once the last chunk is out.
+                    drop(dir);
+                    return None;
+                }
+                let mut blob = vec![0u8; SNAPSHOT_CHUNK.min(remaining as usize)];
+                if let Err(error) = file.read_exact(&mut blob).await {
+                    let error = Status::internal(format!("snapshot: {error}"));
+                    return Some((Err(error), (file, 0, header, dir)));
+                }
+                let remaining = remaining - blob.len() as u64;
+                let response = PbSnapshotResponse {
+                    header,
+                    remaining_bytes: remaining,
+                    blob,
+                    version: REPORTED_ETCD_VERSION.into(),
+                };
+                Some((Ok(response), (file, remaining, header, dir)))
+            },
+        );
+        Ok(Response::new(Box::pin(chunks)))
     }
 
     async fn move_leader(

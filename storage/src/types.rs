@@ -377,7 +377,9 @@ impl WatchRequest {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WatchBatch {
     pub events: Vec<Event>,
-    /// The store's revision as far as this watch has seen it.
+    /// The store's revision as far as this watch has seen it: every event of the watch at or
+    /// below it has been delivered, in this batch or before (a promise consumers rely on to
+    /// skip what they have seen and to report progress).
     pub revision: Revision,
 }
 
@@ -402,7 +404,7 @@ pub struct LeaseInfo {
 /// One step of loading a copy of another store into an empty one (`rudder storage migrate`,
 /// snapshot restore), so that every key keeps its revisions, version and lease and clients'
 /// resourceVersions stay valid. Steps come in this order: `Leases`, then `Keys` (any number of
-/// times), then `Revision` (ascending, any number of times), then `Finish` once.
+/// times), then `History` (revisions ascending, any number of times), then `Finish` once.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RestoreStep {
     /// Leases to grant, with their ids and TTLs.
@@ -410,17 +412,21 @@ pub enum RestoreStep {
     /// Live keys as of the copy's base revision, in any order, each with its own
     /// `create_revision`, `mod_revision`, `version` and `lease`.
     Keys(Vec<KeyValue>),
-    /// One revision after the base: its events, in order (a delete's `kv` holds just the key).
-    Revision {
-        revision: Revision,
-        events: Vec<Event>,
-    },
+    /// Revisions after the base, ascending, each with its events.
+    History(Vec<RevisionEvents>),
     /// The copy is complete: the store's revision becomes `revision` and history below
     /// `compacted` (the base) is reported compacted.
     Finish {
         revision: Revision,
         compacted: Revision,
     },
+}
+
+/// One revision of a copied history: its events in order (a delete's `kv` holds just the key).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RevisionEvents {
+    pub revision: Revision,
+    pub events: Vec<Event>,
 }
 
 /// The store's vital signs.

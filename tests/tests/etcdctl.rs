@@ -313,3 +313,61 @@ rudder_tests::on_every_driver_beside_real_etcd!(compare;
     etcdctl_over_the_postgres_gateway_behaves_like_real_etcd => postgres,
     etcdctl_over_the_etcd_gateway_behaves_like_real_etcd => etcd,
 );
+
+/// `etcdctl snapshot save` against the gateway keeps a Rudder snapshot of the store (not a
+/// bbolt file: `rudder storage snapshot restore` loads it into any driver), taken at one
+/// revision, with every key's revisions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_snapshot_save_keeps_a_rudder_snapshot_that_restores_anywhere() {
+    use rudder_storage::copy::{self, snapshot::SnapshotFile, StoreSink};
+    let harness = testing::sqlite().await.unwrap();
+    let store = harness.open().await;
+    for index in 0..5 {
+        let key = format!("/snap/k{index}");
+        store.put(key.as_bytes(), b"first", 0).await.unwrap();
+        store.put(key.as_bytes(), b"second", 0).await.unwrap();
+    }
+    let gateway = Gateway::spawn(store.clone(), SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .unwrap();
+    let endpoint = gateway.local_addr.to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("etcd.db");
+    let saved = {
+        let file = file.clone();
+        tokio::task::spawn_blocking(move || {
+            Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .args(["--endpoints", &endpoint, "snapshot", "save"])
+                .arg(&file)
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap()
+    };
+    gateway.shutdown().await;
+    assert!(
+        saved.status.success(),
+        "{}",
+        String::from_utf8_lossy(&saved.stderr)
+    );
+    let snapshot = SnapshotFile::open(&file).unwrap();
+    let revision = store.status().await.unwrap().revision;
+    assert_eq!(snapshot.header.plan.revision, revision);
+    let other = testing::sqlite().await.unwrap();
+    let target = other.open().await;
+    snapshot
+        .restore(&mut StoreSink(target.as_ref()), &mut |_| {})
+        .await
+        .unwrap();
+    let totals = copy::verify(store.as_ref(), target.as_ref(), revision)
+        .await
+        .unwrap();
+    assert_eq!(totals.keys, 5);
+    let copied = target.get(b"/snap/k3", 0).await.unwrap().unwrap();
+    assert_eq!(
+        (copied.version, copied.value.as_slice()),
+        (2, &b"second"[..])
+    );
+}

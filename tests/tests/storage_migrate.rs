@@ -263,3 +263,54 @@ async fn a_snapshot_of_a_cluster_restores_into_a_new_store_that_a_server_serves(
     ]);
     assert_eq!(again, version);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_takes_scheduled_snapshots_and_keeps_the_newest() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = format!("sqlite://{}", dir.path().join("cluster.db").display());
+    let server = RudderServer::start_with_args(
+        BINARY,
+        &sqlite,
+        &["--snapshot-interval", "1s", "--snapshot-retention", "2"],
+    );
+    let snapshots = server.data_dir().join("snapshots");
+    let taken = || -> Vec<std::path::PathBuf> {
+        let mut found: Vec<_> = std::fs::read_dir(&snapshots)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|entry| entry.path())
+            .filter(|path| {
+                path.extension()
+                    .is_some_and(|extension| extension == "snap")
+            })
+            .collect();
+        found.sort();
+        found
+    };
+    rudder_tests::eventually(
+        "two scheduled snapshots",
+        Duration::from_secs(30),
+        || async { taken().len() >= 2 },
+    )
+    .await;
+    let first = taken();
+    // Two more intervals: newer snapshots replace the older ones, two are kept.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let later = taken();
+    assert_eq!(later.len(), 2, "{later:?}");
+    assert_ne!(later, first, "newer snapshots replaced the older");
+    for path in later {
+        let info = run(
+            BINARY,
+            &["storage", "snapshot", "info", path.to_str().unwrap()],
+        );
+        let shown = String::from_utf8_lossy(&info.stdout).to_string();
+        assert!(
+            info.status.success(),
+            "{}",
+            String::from_utf8_lossy(&info.stderr)
+        );
+        assert!(shown.contains("(checked)"), "{shown}");
+    }
+}

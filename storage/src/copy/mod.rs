@@ -136,11 +136,15 @@ pub async fn dump(
     if plan.revision > plan.base {
         let request = WatchRequest::new(KeyRange::prefix("")).from_revision(plan.base + 1);
         let mut history = History::new(source.watch(request).await?, plan.revision);
+        let mut batch = HistoryBatch::default();
         while let Some((revision, events)) = history.next().await? {
-            sink.step(RestoreStep::Revision { revision, events })
-                .await?;
-            done = plan.keys + (revision - plan.base) as u64;
-            progress(done);
+            if let Some(full) = batch.push(RevisionEvents { revision, events }) {
+                sink.step(full).await?;
+                progress(plan.keys + (revision - plan.base) as u64);
+            }
+        }
+        if let Some(rest) = batch.take() {
+            sink.step(rest).await?;
         }
     }
     sink.step(RestoreStep::Finish {
@@ -150,6 +154,40 @@ pub async fn dump(
     .await?;
     progress(plan.total_work());
     Ok(())
+}
+
+/// Revisions gathered into one `History` step (one database transaction on SQL targets):
+/// up to [`HISTORY_REVISIONS`] revisions or [`HISTORY_BYTES`] of keys and values.
+#[derive(Default)]
+pub(crate) struct HistoryBatch {
+    revisions: Vec<RevisionEvents>,
+    bytes: usize,
+}
+
+const HISTORY_REVISIONS: usize = 1000;
+const HISTORY_BYTES: usize = 4 * 1024 * 1024;
+
+impl HistoryBatch {
+    /// Adds a revision; returns the step to hand on once the batch is full.
+    pub(crate) fn push(&mut self, revision: RevisionEvents) -> Option<RestoreStep> {
+        self.bytes += revision
+            .events
+            .iter()
+            .map(|event| event.kv.key.len() + event.kv.value.len())
+            .sum::<usize>();
+        self.revisions.push(revision);
+        if self.revisions.len() >= HISTORY_REVISIONS || self.bytes >= HISTORY_BYTES {
+            return self.take();
+        }
+        None
+    }
+
+    /// What is gathered, if anything.
+    pub(crate) fn take(&mut self) -> Option<RestoreStep> {
+        self.bytes = 0;
+        (!self.revisions.is_empty())
+            .then(|| RestoreStep::History(std::mem::take(&mut self.revisions)))
+    }
 }
 
 /// Live leases with their granted TTLs.
@@ -277,6 +315,11 @@ impl History {
             message: "the source's watch ended before the copy's last revision".into(),
             source: None,
         })??;
+        // Only a batch without events promises that everything up to its revision has come
+        // (etcd's event batches carry the store's revision while it still catches up).
+        if batch.events.is_empty() {
+            self.seen = self.seen.max(batch.revision);
+        }
         for event in batch.events {
             let revision = event.kv.mod_revision;
             self.seen = self.seen.max(revision);
@@ -284,7 +327,6 @@ impl History {
                 self.buffered.push_back(event);
             }
         }
-        self.seen = self.seen.max(batch.revision);
         Ok(())
     }
 }
@@ -391,4 +433,54 @@ pub(crate) fn check_revisions(kv: &KeyValue) -> Result<()> {
 
 pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn revision(revision: Revision, value_bytes: usize) -> RevisionEvents {
+        RevisionEvents {
+            revision,
+            events: vec![Event {
+                kind: EventKind::Put,
+                kv: KeyValue {
+                    key: b"/k".to_vec(),
+                    value: vec![b'v'; value_bytes],
+                    create_revision: 2,
+                    mod_revision: revision,
+                    version: 1,
+                    lease: 0,
+                },
+                prev_kv: None,
+            }],
+        }
+    }
+
+    fn revisions(step: Option<RestoreStep>) -> Vec<Revision> {
+        match step {
+            Some(RestoreStep::History(revisions)) => {
+                revisions.iter().map(|revision| revision.revision).collect()
+            }
+            other => panic!("expected a history step, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn history_goes_on_in_steps_of_a_thousand_revisions_or_four_mebibytes() {
+        let mut batch = HistoryBatch::default();
+        for number in 2..1001 {
+            assert!(batch.push(revision(number, 10)).is_none());
+        }
+        let full = revisions(batch.push(revision(1001, 10)));
+        assert_eq!((full.len(), full[0], full[999]), (1000, 2, 1001));
+        assert!(batch.take().is_none(), "nothing left once handed on");
+
+        assert!(batch.push(revision(1002, 3 * 1024 * 1024)).is_none());
+        let big = revisions(batch.push(revision(1003, 1024 * 1024)));
+        assert_eq!(big, [1002, 1003]);
+        assert!(batch.push(revision(1004, 10)).is_none());
+        assert_eq!(revisions(batch.take()), [1004]);
+    }
 }

@@ -9,10 +9,15 @@
 //!   'K' keys     u32:n kv*
 //!   'R' revision i64:revision u32:n (u8:kind(0 put, 1 delete) kv)*
 //!   'F' finish   i64:revision i64:compacted
-//! 'Z' u32:32 sha256 of every byte before the 'Z'
+//! 'Z' u32:n n zero bytes  sha256 of every byte before it (32 bytes)
 //! kv  = bytes:key bytes:value i64:create_revision i64:mod_revision i64:version i64:lease
 //! bytes, str = u32:length data
 //! ```
+//!
+//! The padding makes the file's length 32 more than a multiple of 512, and its last 32 bytes
+//! are the SHA-256 of the rest — the shape of an etcd snapshot (a database in 512-byte
+//! multiples with its hash appended), which `etcdctl snapshot save` checks for when it saves
+//! the gateway's stream.
 //!
 //! A reader checks the whole file's checksum before it hands out a single step, so a
 //! truncated or corrupted file is refused before anything is restored from it.
@@ -33,7 +38,10 @@ const MAGIC: &[u8; 8] = b"RUDDERSN";
 pub const FORMAT: u32 = 1;
 /// No record is larger (a page of keys is at most a thousand 1.5 MiB values).
 const MAX_RECORD: u32 = 2 * 1024 * 1024 * 1024 - 1;
-const TRAILER: u64 = 1 + 4 + 32;
+/// The checksum at the end.
+const SUM: u64 = 32;
+/// The file's length is `SUM` more than a multiple of this.
+const ALIGN: u64 = 512;
 
 /// What a snapshot's header says.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,6 +56,7 @@ pub struct Header {
 pub struct SnapshotWriter<W: Write + Send> {
     out: W,
     hash: Sha256,
+    written: u64,
     finished: bool,
 }
 
@@ -56,6 +65,7 @@ impl<W: Write + Send> SnapshotWriter<W> {
         let mut writer = Self {
             out,
             hash: Sha256::new(),
+            written: 0,
             finished: false,
         };
         writer.emit(MAGIC)?;
@@ -88,6 +98,7 @@ impl<W: Write + Send> SnapshotWriter<W> {
 
     fn emit(&mut self, bytes: &[u8]) -> Result<()> {
         self.hash.update(bytes);
+        self.written += bytes.len() as u64;
         self.out
             .write_all(bytes)
             .map_err(io("writing the snapshot"))
@@ -124,14 +135,18 @@ impl<W: Write + Send> Sink for SnapshotWriter<W> {
                 }
                 self.record(b'K', &payload)
             }
-            RestoreStep::Revision { revision, events } => {
-                put_i64(&mut payload, *revision);
-                put_len(&mut payload, events.len());
-                for event in events {
-                    payload.push(u8::from(event.kind == EventKind::Delete));
-                    put_kv(&mut payload, &event.kv);
+            RestoreStep::History(revisions) => {
+                for RevisionEvents { revision, events } in revisions {
+                    payload.clear();
+                    put_i64(&mut payload, *revision);
+                    put_len(&mut payload, events.len());
+                    for event in events {
+                        payload.push(u8::from(event.kind == EventKind::Delete));
+                        put_kv(&mut payload, &event.kv);
+                    }
+                    self.record(b'R', &payload)?;
                 }
-                self.record(b'R', &payload)
+                Ok(())
             }
             RestoreStep::Finish {
                 revision,
@@ -140,11 +155,13 @@ impl<W: Write + Send> Sink for SnapshotWriter<W> {
                 put_i64(&mut payload, *revision);
                 put_i64(&mut payload, *compacted);
                 self.record(b'F', &payload)?;
+                let padding = (ALIGN - (self.written + 5) % ALIGN) % ALIGN;
+                self.emit(b"Z")?;
+                self.emit(&(padding as u32).to_le_bytes())?;
+                self.emit(&vec![0u8; padding as usize])?;
                 let sum = self.hash.clone().finalize();
                 self.out
-                    .write_all(b"Z")
-                    .and_then(|()| self.out.write_all(&32u32.to_le_bytes()))
-                    .and_then(|()| self.out.write_all(&sum))
+                    .write_all(&sum)
                     .map_err(io("writing the snapshot"))?;
                 self.finished = true;
                 Ok(())
@@ -170,24 +187,21 @@ impl SnapshotFile {
             .metadata()
             .map_err(io(&format!("reading {shown}")))?
             .len();
-        if length < 12 + TRAILER {
+        if length < 12 + 5 + SUM {
             return Err(bad(&shown, "it is too short to be a Rudder snapshot"));
         }
         let mut hash = Sha256::new();
-        let mut reader = BufReader::new(&mut file).take(length - TRAILER);
+        let mut reader = BufReader::new(&mut file).take(length - SUM);
         std::io::copy(&mut reader, &mut hash).map_err(io(&format!("reading {shown}")))?;
-        let mut trailer = [0u8; TRAILER as usize];
-        file.seek(SeekFrom::Start(length - TRAILER))
-            .and_then(|_| file.read_exact(&mut trailer))
+        let mut stored = [0u8; SUM as usize];
+        file.seek(SeekFrom::Start(length - SUM))
+            .and_then(|_| file.read_exact(&mut stored))
             .map_err(io(&format!("reading {shown}")))?;
-        if trailer[..5] != [b'Z', 32, 0, 0, 0] {
-            return Err(bad(&shown, "it has no checksum trailer (truncated?)"));
-        }
         let sum = hash.finalize();
-        if trailer[5..] != sum[..] {
+        if stored[..] != sum[..] {
             return Err(bad(
                 &shown,
-                "its checksum does not match its content (corrupted?)",
+                "its checksum does not match its content (truncated or corrupted?)",
             ));
         }
         let mut records = Records::open(path)?;
@@ -206,21 +220,35 @@ impl SnapshotFile {
         records.header()?;
         let plan = self.header.plan;
         let mut done = 0;
+        let mut history = super::HistoryBatch::default();
         loop {
             let step = records.step()?;
-            match &step {
-                RestoreStep::Keys(kvs) => done += kvs.len() as u64,
-                RestoreStep::Revision { revision, .. } => {
-                    done = plan.keys + (*revision - plan.base).max(0) as u64
+            match step {
+                RestoreStep::History(revisions) => {
+                    for revision in revisions {
+                        done = plan.keys + (revision.revision - plan.base).max(0) as u64;
+                        if let Some(full) = history.push(revision) {
+                            sink.step(full).await?;
+                            progress(done);
+                        }
+                    }
+                    continue;
                 }
-                RestoreStep::Finish { .. } => done = plan.total_work(),
-                RestoreStep::Leases(_) => {}
-            }
-            let last = matches!(step, RestoreStep::Finish { .. });
-            sink.step(step).await?;
-            progress(done);
-            if last {
-                return Ok(());
+                step => {
+                    if let Some(rest) = history.take() {
+                        sink.step(rest).await?;
+                    }
+                    if let RestoreStep::Keys(kvs) = &step {
+                        done += kvs.len() as u64;
+                    }
+                    let last = matches!(step, RestoreStep::Finish { .. });
+                    sink.step(step).await?;
+                    if last {
+                        progress(plan.total_work());
+                        return Ok(());
+                    }
+                    progress(done);
+                }
             }
         }
     }
@@ -334,7 +362,7 @@ impl Records {
                         prev_kv: None,
                     });
                 }
-                RestoreStep::Revision { revision, events }
+                RestoreStep::History(vec![RevisionEvents { revision, events }])
             }
             b'F' => RestoreStep::Finish {
                 revision: cursor.i64()?,
@@ -521,7 +549,7 @@ mod tests {
         vec![
             RestoreStep::Leases(vec![Lease { id: 7, ttl: 60 }]),
             RestoreStep::Keys(vec![kv("/a", 3)]),
-            RestoreStep::Revision {
+            RestoreStep::History(vec![RevisionEvents {
                 revision: 6,
                 events: vec![Event {
                     kind: EventKind::Delete,
@@ -532,7 +560,7 @@ mod tests {
                     },
                     prev_kv: None,
                 }],
-            },
+            }]),
             RestoreStep::Finish {
                 revision: 9,
                 compacted: 4,
@@ -544,7 +572,12 @@ mod tests {
     async fn a_snapshot_reads_back_the_steps_it_was_written_with() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.snap");
-        std::fs::write(&path, written(&steps()).await).unwrap();
+        let bytes = written(&steps()).await;
+        // Shaped as etcd's snapshots are: 512-byte multiples, then the SHA-256 of them.
+        assert_eq!(bytes.len() % 512, 32);
+        let (content, sum) = bytes.split_at(bytes.len() - 32);
+        assert_eq!(Sha256::digest(content)[..], sum[..]);
+        std::fs::write(&path, &bytes).unwrap();
         let file = SnapshotFile::open(&path).unwrap();
         assert_eq!(file.header, header());
         let mut collect = Collect(Vec::new());

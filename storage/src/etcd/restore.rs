@@ -77,18 +77,20 @@ impl EtcdStore {
                 }
                 loader.base.extend(kvs);
             }
-            RestoreStep::Revision { revision, events } => {
+            RestoreStep::History(revisions) => {
                 self.write_base(&mut loader).await?;
-                let writes = events
-                    .into_iter()
-                    .map(|event| Write {
-                        delete: event.kind == EventKind::Delete,
-                        key: event.kv.key,
-                        value: event.kv.value,
-                        lease: event.kv.lease,
-                    })
-                    .collect();
-                self.write_at(&mut loader, revision, writes).await?;
+                for RevisionEvents { revision, events } in revisions {
+                    let writes = events
+                        .into_iter()
+                        .map(|event| Write {
+                            delete: event.kind == EventKind::Delete,
+                            key: event.kv.key,
+                            value: event.kv.value,
+                            lease: event.kv.lease,
+                        })
+                        .collect();
+                    self.write_at(&mut loader, revision, writes).await?;
+                }
             }
             RestoreStep::Finish {
                 revision,

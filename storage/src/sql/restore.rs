@@ -58,60 +58,19 @@ pub(super) async fn apply(
                 });
             }
         }
-        RestoreStep::Revision { revision, events } => {
-            let revision = *revision;
-            if revision <= state.revision {
-                return Err(Error::InvalidArgument(format!(
-                    "revision {revision} of the copy is not after the target's {}",
-                    state.revision
-                )));
-            }
+        RestoreStep::History(revisions) => {
             state
-                .prefetch(events.iter().map(|event| event.kv.key.clone()).collect())
+                .prefetch(
+                    revisions
+                        .iter()
+                        .flat_map(|revision| &revision.events)
+                        .map(|event| event.kv.key.clone())
+                        .collect(),
+                )
                 .await?;
-            for (sub, event) in events.iter().enumerate() {
-                let latest = state.latest(&event.kv.key).await?;
-                let prev_revision = latest.as_ref().map_or(0, |row| row.kv.mod_revision);
-                let row = match event.kind {
-                    EventKind::Put => {
-                        crate::copy::check_revisions(&event.kv)?;
-                        LogRow {
-                            revision,
-                            sub: sub as i64,
-                            key: event.kv.key.clone(),
-                            value: event.kv.value.clone(),
-                            create_revision: event.kv.create_revision,
-                            prev_revision,
-                            version: event.kv.version,
-                            lease: event.kv.lease,
-                            deleted: false,
-                            next_revision: 0,
-                        }
-                    }
-                    EventKind::Delete => {
-                        if latest.is_none_or(|row| row.deleted) {
-                            return Err(Error::InvalidArgument(format!(
-                                "revision {revision} of the copy deletes {}, which it does not hold",
-                                String::from_utf8_lossy(&event.kv.key)
-                            )));
-                        }
-                        LogRow {
-                            revision,
-                            sub: sub as i64,
-                            key: event.kv.key.clone(),
-                            value: Vec::new(),
-                            create_revision: 0,
-                            prev_revision,
-                            version: 0,
-                            lease: 0,
-                            deleted: true,
-                            next_revision: 0,
-                        }
-                    }
-                };
-                state.write(row);
+            for RevisionEvents { revision, events } in revisions {
+                apply_revision(state, *revision, events).await?;
             }
-            state.revision = revision;
         }
         RestoreStep::Finish {
             revision,
@@ -128,5 +87,59 @@ pub(super) async fn apply(
             state.compact_revision = (*compacted).max(state.compact_revision);
         }
     }
+    Ok(())
+}
+
+/// Writes one revision of the history; its keys' latest rows are in the cache.
+async fn apply_revision(state: &mut Batch<'_>, revision: Revision, events: &[Event]) -> Result<()> {
+    if revision <= state.revision {
+        return Err(Error::InvalidArgument(format!(
+            "revision {revision} of the copy is not after the target's {}",
+            state.revision
+        )));
+    }
+    for (sub, event) in events.iter().enumerate() {
+        let latest = state.latest(&event.kv.key).await?;
+        let prev_revision = latest.as_ref().map_or(0, |row| row.kv.mod_revision);
+        let row = match event.kind {
+            EventKind::Put => {
+                crate::copy::check_revisions(&event.kv)?;
+                LogRow {
+                    revision,
+                    sub: sub as i64,
+                    key: event.kv.key.clone(),
+                    value: event.kv.value.clone(),
+                    create_revision: event.kv.create_revision,
+                    prev_revision,
+                    version: event.kv.version,
+                    lease: event.kv.lease,
+                    deleted: false,
+                    next_revision: 0,
+                }
+            }
+            EventKind::Delete => {
+                if latest.is_none_or(|row| row.deleted) {
+                    return Err(Error::InvalidArgument(format!(
+                        "revision {revision} of the copy deletes {}, which it does not hold",
+                        String::from_utf8_lossy(&event.kv.key)
+                    )));
+                }
+                LogRow {
+                    revision,
+                    sub: sub as i64,
+                    key: event.kv.key.clone(),
+                    value: Vec::new(),
+                    create_revision: 0,
+                    prev_revision,
+                    version: 0,
+                    lease: 0,
+                    deleted: true,
+                    next_revision: 0,
+                }
+            }
+        };
+        state.write(row);
+    }
+    state.revision = revision;
     Ok(())
 }
