@@ -4,7 +4,8 @@
 //! `controller-manager` (the controllers alone, through a kubeconfig),
 //! `etcd` (the etcd v3 gateway over a store), `version`, `storage check` (open a storage URL,
 //! apply migrations, print the store's status), `storage migrate` and `storage snapshot` (copy a
-//! store to another driver or to a file, revisions kept), and the benchmarks — `bench storage` (the
+//! store to another driver or to a file, revisions kept), `storage check-history` (record
+//! concurrent histories against a store and check them for linearizability), and the benchmarks — `bench storage` (the
 //! storage workloads on each driver side by side with real etcd), `bench api`, `authz`,
 //! `admission`, `scheduler`, `kubelet`, `network`, `watch` and `controllers`, each printing its
 //! figures beside a reference measured in the same run or published upstream.
@@ -25,6 +26,7 @@ mod snapshots;
 mod storage_check;
 mod storage_copy;
 mod storage_get;
+mod storage_history;
 mod token;
 
 use std::process::ExitCode;
@@ -95,6 +97,9 @@ enum StorageCommand {
     /// Copy a whole store into another (any two drivers), keeping every key's revisions so
     /// clients' resourceVersions stay valid; verifies the copy key by key.
     Migrate(storage_copy::MigrateArgs),
+    /// Record concurrent histories against a store and check them for linearizability and
+    /// the watch guarantees (under a throw-away prefix).
+    CheckHistory(storage_history::CheckHistoryArgs),
     /// Consistent snapshots of a store in Rudder's own file format, restorable into any driver.
     Snapshot {
         #[command(subcommand)]
@@ -205,6 +210,9 @@ fn main() -> ExitCode {
             Command::Storage {
                 command: StorageCommand::Migrate(args),
             } => storage_copy::migrate(args).await,
+            Command::Storage {
+                command: StorageCommand::CheckHistory(args),
+            } => storage_history::run(args).await,
             Command::Storage {
                 command: StorageCommand::Snapshot { command },
             } => storage_copy::snapshot(command).await,

@@ -9,8 +9,9 @@
 //!
 //! This crate knows nothing of Kubernetes objects, and its public API exposes no sqlx or
 //! etcd-client types. A newcomer starts at [`interface`], then `docs/storage-sql.md` for how the
-//! SQL engine writes and watches. The conformance suite every driver runs lives in
-//! [`conformance`] behind the `testing` feature.
+//! SQL engine writes and watches. [`linearizability`] records concurrent histories against any
+//! store and checks them (`docs/linearizability.md`). The conformance suite every driver runs
+//! lives in [`conformance`] behind the `testing` feature.
 
 pub mod config;
 pub mod copy;
@@ -18,6 +19,7 @@ pub mod error;
 pub mod etcd;
 pub mod instrumented;
 pub mod interface;
+pub mod linearizability;
 pub mod sql;
 pub mod txn_keys;
 pub mod types;

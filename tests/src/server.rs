@@ -293,7 +293,21 @@ impl RudderServer {
     pub fn restart_on(self, binary: &str, storage_url: &str) -> RudderServer {
         let mut old = self;
         assert!(old.terminate(), "the server did not stop within 20 s");
-        let kubeconfig = std::fs::read_to_string(&old.kubeconfig).expect("kubeconfig");
+        old.start_again(binary, storage_url, &[])
+    }
+
+    /// Kills the server with SIGKILL — no chance to finish a write or stop cleanly — and
+    /// starts it again as [`RudderServer::restart_on`] does, with the flags `args`.
+    pub fn kill_and_restart(self, binary: &str, storage_url: &str, args: &[&str]) -> RudderServer {
+        let mut old = self;
+        let _ = old.child.kill();
+        let _ = old.child.wait();
+        old.start_again(binary, storage_url, args)
+    }
+
+    /// Starts a stopped server again in its data dir, on the address its kubeconfig names.
+    fn start_again(mut self, binary: &str, storage_url: &str, args: &[&str]) -> RudderServer {
+        let kubeconfig = std::fs::read_to_string(&self.kubeconfig).expect("kubeconfig");
         let address = kubeconfig
             .lines()
             .find_map(|line| line.trim().strip_prefix("server: "))
@@ -304,14 +318,14 @@ impl RudderServer {
             })
             .expect("the kubeconfig names the server");
         let placeholder = tempfile::tempdir().expect("temporary dir");
-        let dir = std::mem::replace(&mut old.dir, placeholder);
-        drop(old);
+        let dir = std::mem::replace(&mut self.dir, placeholder);
+        drop(self);
         let listen = ["--listen", address.as_str()];
         Self::spawn_in(
             Command::new(binary),
             dir,
             storage_url,
-            &[],
+            args,
             &listen,
             &["--disable-agent"],
             &[],

@@ -35,6 +35,39 @@ fn storage_check_opens_a_new_sqlite_file_and_reports_its_status() {
 }
 
 #[test]
+fn storage_check_history_records_two_servers_on_sqlite_and_finds_them_linearizable() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("state.db").display());
+    let (ok, stdout, stderr) = run(&[
+        "storage",
+        "check-history",
+        "--storage",
+        &url,
+        "--two-servers",
+        "--clients",
+        "6",
+        "--operations",
+        "100",
+        "--rounds",
+        "2",
+    ]);
+    assert!(ok, "{stdout}{stderr}");
+    assert_eq!(stdout.matches("600 operations").count(), 2, "{stdout}");
+    assert!(stdout.contains("0 anomalies, 0 undecided"), "{stdout}");
+    assert!(stdout.contains("linearizable: every round"), "{stdout}");
+    // It cleans up after itself: the store holds nothing under its prefix.
+    let (ok, _, stderr) = run(&[
+        "storage",
+        "get",
+        "/rudder-check-history/",
+        "--storage",
+        &url,
+    ]);
+    assert!(!ok);
+    assert!(stderr.contains("not found"), "{stderr}");
+}
+
+#[test]
 fn storage_check_names_the_problem_and_the_fix_in_one_line() {
     let cases = [
         ("state.db", "has no scheme: use sqlite://PATH"),
