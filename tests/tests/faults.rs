@@ -11,7 +11,7 @@ use std::time::Duration;
 use rand::Rng;
 use rudder_storage::config::CompactionConfig;
 use rudder_storage::linearizability::{
-    check, watch_log, History, Input, Output, Recorder, Workload,
+    check, watch_log, AfterFailure, History, Input, Output, Recorder, Workload,
 };
 use rudder_storage::{Storage, StorageConfig};
 use rudder_tests::server::RudderServer;
@@ -25,14 +25,25 @@ fn free_port() -> u16 {
     listener.local_addr().unwrap().port()
 }
 
-/// The etcd driver on the server's gateway, without background compaction.
+/// The etcd driver on the server's gateway, without background compaction; the gateway may
+/// start listening a moment after the API is ready.
 async fn connect(gateway: &str) -> Arc<dyn Storage> {
     let mut config = StorageConfig::parse(&format!("etcd://{gateway}")).unwrap();
     config.compaction = CompactionConfig {
         interval: Duration::ZERO,
         retain: 0,
     };
-    rudder_storage::open_config(&config).await.unwrap()
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match rudder_storage::open_config(&config).await {
+            Ok(store) => return store,
+            Err(error) if std::time::Instant::now() < deadline => {
+                eprintln!("the gateway does not answer yet: {error}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(error) => panic!("the gateway never answered: {error}"),
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -59,7 +70,7 @@ async fn sigkill_under_sixteen_writers_loses_no_acknowledged_write() {
         let mut workload = Workload::new("/faults/", WRITERS, 100_000);
         workload.keys = 8;
         workload.request_timeout = Duration::from_secs(5);
-        workload.stop_after_failure = true;
+        workload.after_failure = AfterFailure::Stop;
         let clients = {
             let store = store.clone();
             tokio::spawn(async move { recorder.run(&[store], &workload).await })

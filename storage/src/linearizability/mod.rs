@@ -19,6 +19,7 @@
 //! `rudder storage check-history` runs it against a storage URL.
 
 pub mod model;
+mod patch;
 pub mod record;
 mod watch;
 mod wgl;
@@ -32,7 +33,7 @@ use std::fmt;
 
 use crate::types::{Revision, WatchBatch};
 
-pub use record::{record, watch_log, Recorder, Workload};
+pub use record::{record, watch_log, AfterFailure, Recorder, Workload};
 
 /// Nanoseconds since a recording began.
 pub type Nanos = u64;
@@ -248,8 +249,12 @@ pub struct History {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Report {
     pub operations: usize,
-    /// Operations without an answer (each tried both as done and as not done).
+    /// Operations without an answer.
     pub unknown: usize,
+    /// Of those, writes a complete watch shows happened, and writes it shows did not; the
+    /// rest the search tries both ways.
+    pub unknown_happened: usize,
+    pub unknown_did_not: usize,
     pub keys: usize,
     pub watch_events: usize,
     /// Violations of linearizability or of the watch guarantees, each naming operations.
@@ -267,9 +272,17 @@ impl Report {
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let settled = if self.unknown_happened + self.unknown_did_not > 0 {
+            format!(
+                ", of which the watch shows {} happened and {} did not",
+                self.unknown_happened, self.unknown_did_not
+            )
+        } else {
+            String::new()
+        };
         writeln!(
             f,
-            "{} operations ({} without an answer) on {} keys, {} watch events: {} anomalies, {} undecided",
+            "{} operations ({} without an answer{settled}) on {} keys, {} watch events: {} anomalies, {} undecided",
             self.operations,
             self.unknown,
             self.keys,
@@ -299,6 +312,17 @@ pub fn check(history: &History) -> Report {
             .count(),
         ..Report::default()
     };
+    // Settle the writes without an answer from the watch, when it is complete.
+    let settled = match &history.watch {
+        Some(log) if log.error.is_none() => patch::settle(operations, log),
+        _ => patch::Settled {
+            operations: operations.to_vec(),
+            ..patch::Settled::default()
+        },
+    };
+    report.unknown_happened = settled.happened;
+    report.unknown_did_not = settled.did_not;
+    let operations = &settled.operations;
     report.anomalies.extend(check_revisions(operations));
     let per_key = model::project(operations);
     report.keys = per_key.len();
@@ -315,7 +339,9 @@ pub fn check(history: &History) -> Report {
     }
     if let Some(log) = &history.watch {
         report.watch_events = log.batches.iter().map(|batch| batch.events.len()).sum();
-        report.anomalies.extend(watch::check(operations, log));
+        report
+            .anomalies
+            .extend(watch::check(&history.operations, log));
     }
     report
 }

@@ -1,9 +1,9 @@
 //! Recording histories: concurrent clients doing random operations on a few keys, each call
 //! timed on one clock, and a watch over the keys.
 //!
-//! Every value written is unique (`<client>.<n>`), so a value read names the write it came
-//! from. Clients compare-and-swap against the mod revision they last saw, so transactions both
-//! succeed and fail. A request that errors or outlives the workload's timeout is recorded
+//! Every value written is unique (`<seed>.<client>.<n>`, the seed random per workload), so a
+//! value read names the write it came from. Clients compare-and-swap against the mod revision
+//! they last saw, so transactions both succeed and fail. A request that errors or outlives the workload's timeout is recorded
 //! without an answer.
 
 use std::collections::BTreeMap;
@@ -30,9 +30,21 @@ pub struct Workload {
     pub seed: u64,
     /// How long one request may take before it is recorded without an answer.
     pub request_timeout: Duration,
-    /// A client stops after its first request without an answer (the server is gone), rather
-    /// than fill the history with failures.
-    pub stop_after_failure: bool,
+    /// What a client does after a request without an answer.
+    pub after_failure: AfterFailure,
+    /// Stop each client after this long, even if it has operations left.
+    pub duration: Option<Duration>,
+}
+
+/// What a client does after a request without an answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AfterFailure {
+    /// Goes on at once.
+    Continue,
+    /// Stops (the server is gone), rather than fill the history with failures.
+    Stop,
+    /// Waits this long, then goes on (the server is coming back).
+    Pause(Duration),
 }
 
 impl Workload {
@@ -45,7 +57,8 @@ impl Workload {
             keys: 4,
             seed: rand::random(),
             request_timeout: Duration::from_secs(10),
-            stop_after_failure: false,
+            after_failure: AfterFailure::Continue,
+            duration: None,
         }
     }
 
@@ -116,10 +129,11 @@ impl Recorder {
         let mut rng = StdRng::seed_from_u64(workload.seed.wrapping_add(client as u64));
         // The mod revision this client last saw for each key (0: absent).
         let mut seen: BTreeMap<Vec<u8>, Revision> = BTreeMap::new();
-        let mut operations = Vec::with_capacity(workload.operations);
+        let mut operations = Vec::with_capacity(workload.operations.min(100_000));
+        let started = Instant::now();
         for n in 0..workload.operations {
             let key = workload.key(rng.random_range(0..workload.keys.max(1)));
-            let value = format!("{client}.{n}").into_bytes();
+            let value = format!("{:x}.{client}.{n}", workload.seed).into_bytes();
             let input = match rng.random_range(0..100) {
                 0..25 => Input::Get { key },
                 25..35 => Input::List {
@@ -145,7 +159,17 @@ impl Recorder {
             learn(&mut seen, &op);
             let failed = matches!(op.output, Output::Unknown { .. });
             operations.push(op);
-            if failed && workload.stop_after_failure {
+            if failed {
+                match workload.after_failure {
+                    AfterFailure::Continue => {}
+                    AfterFailure::Stop => break,
+                    AfterFailure::Pause(pause) => tokio::time::sleep(pause).await,
+                }
+            }
+            if workload
+                .duration
+                .is_some_and(|limit| started.elapsed() >= limit)
+            {
                 break;
             }
         }
@@ -374,40 +398,51 @@ pub async fn watch_log(
 /// running beside it from before the first write; the watch is read until it reaches the
 /// store's revision after the last operation.
 pub async fn record(stores: &[Arc<dyn Storage>], workload: &Workload) -> crate::Result<History> {
-    let Some(store) = stores.first() else {
-        return Err(crate::Error::InvalidArgument(
-            "a history needs a store to record".into(),
+    Recorder::new().record(stores, workload).await
+}
+
+impl Recorder {
+    /// [`record`] on this recorder's clock, for a caller that times faults of its own.
+    pub async fn record(
+        &self,
+        stores: &[Arc<dyn Storage>],
+        workload: &Workload,
+    ) -> crate::Result<History> {
+        let Some(store) = stores.first() else {
+            return Err(crate::Error::InvalidArgument(
+                "a history needs a store to record".into(),
+            ));
+        };
+        let start_revision = store.status().await?.revision + 1;
+        let stream = store
+            .watch(
+                WatchRequest::new(KeyRange::prefix(workload.prefix.clone()))
+                    .from_revision(start_revision)
+                    .with_prev_kv(),
+            )
+            .await?;
+        let (until, receiver) = tokio::sync::watch::channel(None);
+        let watcher = tokio::spawn(collect(
+            stream,
+            start_revision,
+            receiver,
+            Duration::from_secs(10),
         ));
-    };
-    let start_revision = store.status().await?.revision + 1;
-    let stream = store
-        .watch(
-            WatchRequest::new(KeyRange::prefix(workload.prefix.clone()))
-                .from_revision(start_revision)
-                .with_prev_kv(),
-        )
-        .await?;
-    let (until, receiver) = tokio::sync::watch::channel(None);
-    let watcher = tokio::spawn(collect(
-        stream,
-        start_revision,
-        receiver,
-        Duration::from_secs(10),
-    ));
-    let operations = Recorder::new().run(stores, workload).await;
-    let last = operations
-        .iter()
-        .filter_map(Operation::response_revision)
-        .max()
-        .unwrap_or(0);
-    let revision = store.status().await.map_or(last, |status| status.revision);
-    // The receiver may be gone already if the watch failed; its log says why.
-    let _ = until.send(Some(revision.max(last)));
-    let watch = watcher
-        .await
-        .map_err(|error| crate::Error::backend("the history's watch", error))?;
-    Ok(History {
-        operations,
-        watch: Some(watch),
-    })
+        let operations = self.run(stores, workload).await;
+        let last = operations
+            .iter()
+            .filter_map(Operation::response_revision)
+            .max()
+            .unwrap_or(0);
+        let revision = store.status().await.map_or(last, |status| status.revision);
+        // The receiver may be gone already if the watch failed; its log says why.
+        let _ = until.send(Some(revision.max(last)));
+        let watch = watcher
+            .await
+            .map_err(|error| crate::Error::backend("the history's watch", error))?;
+        Ok(History {
+            operations,
+            watch: Some(watch),
+        })
+    }
 }

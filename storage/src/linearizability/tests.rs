@@ -374,3 +374,51 @@ fn a_wrong_prev_kv_or_a_stalled_watch_is_caught() {
         "{stalled}"
     );
 }
+
+#[test]
+fn a_complete_watch_settles_writes_without_an_answer() {
+    let unknown_put = |client, call, value: &str| {
+        op(
+            client,
+            call,
+            Some(100),
+            Input::Put {
+                key: "k".into(),
+                value: value.into(),
+            },
+            Output::Unknown {
+                error: "connection refused".into(),
+            },
+        )
+    };
+    let history = |read: Operation| History {
+        operations: vec![
+            put(0, 0, 10, "k", "a", 2),
+            unknown_put(1, 20, "x"),
+            unknown_put(2, 30, "y"),
+            read,
+        ],
+        watch: Some(WatchLog {
+            start_revision: 2,
+            batches: vec![WatchBatch {
+                revision: 3,
+                events: vec![
+                    event(EventKind::Put, kv("k", "a", 2, 2, 1), None),
+                    event(
+                        EventKind::Put,
+                        kv("k", "x", 3, 2, 2),
+                        Some(kv("k", "a", 2, 2, 1)),
+                    ),
+                ],
+            }],
+            error: None,
+        }),
+    };
+    // x happened at 3 (the watch says so), y did not.
+    let report = check(&history(get(3, 200, 210, "k", Some(seen("x", 3, 2, 2)), 3)));
+    assert!(report.is_clean(), "{report}");
+    assert_eq!((report.unknown_happened, report.unknown_did_not), (1, 1));
+    // A read of y, which the watch never delivered, is explained by nothing.
+    let report = check(&history(get(3, 200, 210, "k", Some(seen("y", 4, 2, 3)), 4)));
+    assert!(!report.anomalies.is_empty(), "{report}");
+}

@@ -6,6 +6,7 @@
 //! `docs/storage-sql.md` for the flow. The dialects differ only in SQL text ([`dialect`]) and
 //! in how their errors are translated ([`translate`]).
 
+mod breaker;
 mod dialect;
 mod leases;
 mod poller;
@@ -34,6 +35,7 @@ use crate::hub::Hub;
 use crate::interface::{Storage, WatchStream};
 use crate::types::*;
 use crate::watcher::watch_stream;
+use breaker::Breaker;
 use dialect::Dialect;
 use leases::expire_leases;
 use reader::{Clock, LogHistory, Reader};
@@ -257,6 +259,12 @@ impl SqlStore {
                 .await
                 .map_err(|error| Error::backend("applying migrations failed", error))?;
         }
+        let shutdown = CancellationToken::new();
+        let breaker = Breaker::new(
+            (dialect.name != "sqlite").then(|| connection.options.clone()),
+            connection.connect_timeout,
+            shutdown.clone(),
+        );
         let read_pool = pool_options(connection.max_readers)
             .connect_with(connection.options)
             .await
@@ -265,15 +273,16 @@ impl SqlStore {
         let reader = Arc::new(Reader {
             pool: read_pool,
             dialect,
+            breaker: breaker.clone(),
         });
         let meta = reader.meta().await?;
         let hub = Hub::new(meta.revision, RING_EVENTS);
-        let shutdown = CancellationToken::new();
         let committed = Arc::new(Notify::new());
         let (jobs, receiver) = mpsc::channel(4096);
         let (published, published_receiver) = watch::channel(meta.revision);
         let writer = Writer {
             pool: write_pool,
+            breaker,
             dialect,
             jobs: receiver,
             committed: committed.clone(),

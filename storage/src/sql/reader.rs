@@ -1,6 +1,7 @@
 //! Reads of the log: ranges at a revision, the event log for watches, leases, metadata. The
 //! functions that take a connection serve both the read pool and the writer's transaction.
 
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -8,6 +9,7 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 use sqlx::{AnyConnection, AnyPool};
 
+use super::breaker::Breaker;
 use super::dialect::Dialect;
 use super::translate;
 use crate::error::{Error, Result};
@@ -284,11 +286,13 @@ pub(crate) async fn events_between(
 pub(crate) struct Reader {
     pub pool: AnyPool,
     pub dialect: &'static Dialect,
+    /// Fails acquires at once while the server is down.
+    pub breaker: Arc<Breaker>,
 }
 
 impl Reader {
     async fn conn(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Any>> {
-        self.pool.acquire().await.map_err(translate)
+        self.breaker.acquire(&self.pool).await
     }
 
     pub async fn meta(&self) -> Result<Meta> {
@@ -440,7 +444,7 @@ impl Reader {
 
     pub async fn db_size(&self) -> Result<i64> {
         let row = sqlx::query(self.dialect.db_size)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *self.conn().await?)
             .await
             .map_err(translate)?;
         row.try_get(0).map_err(translate)
@@ -449,7 +453,7 @@ impl Reader {
     /// The database's clock, in milliseconds since the Unix epoch.
     pub async fn database_now_ms(&self) -> Result<i64> {
         let row = sqlx::query(self.dialect.database_now_ms)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *self.conn().await?)
             .await
             .map_err(translate)?;
         row.try_get(0).map_err(translate)
@@ -457,7 +461,7 @@ impl Reader {
 
     pub async fn server_version(&self) -> Result<String> {
         let row = sqlx::query(self.dialect.server_version)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *self.conn().await?)
             .await
             .map_err(translate)?;
         row.try_get(0).map_err(translate)
@@ -472,7 +476,7 @@ impl Reader {
     pub async fn lease_keys(&self, id: LeaseId) -> Result<Vec<Vec<u8>>> {
         let rows = sqlx::query(self.dialect.lease_keys)
             .bind(id)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.conn().await?)
             .await
             .map_err(translate)?;
         rows.iter()
@@ -482,7 +486,7 @@ impl Reader {
 
     pub async fn ids(&self, sql: &'static str) -> Result<Vec<LeaseId>> {
         let rows = sqlx::query(sql)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.conn().await?)
             .await
             .map_err(translate)?;
         rows.iter()

@@ -24,6 +24,7 @@ use sqlx::{Executor, Row};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
+use super::breaker::Breaker;
 use super::dialect::finish_write;
 use super::dialect::Dialect;
 use super::reader::{LeaseRow, Meta};
@@ -83,6 +84,8 @@ enum Outcome {
 
 pub(crate) struct Writer {
     pub pool: AnyPool,
+    /// Fails acquires at once while the server is down.
+    pub breaker: Arc<Breaker>,
     pub dialect: &'static Dialect,
     pub jobs: mpsc::Receiver<Job>,
     /// Woken after every commit that wrote revisions.
@@ -164,10 +167,11 @@ impl Writer {
 
     /// Applies a batch; returns the target of a compaction it committed, if any.
     async fn run_batch(&mut self, batch: Vec<Job>) -> Option<Revision> {
-        let mut conn = match self.pool.acquire().await {
+        let mut conn = match self.breaker.acquire(&self.pool).await {
             Ok(conn) => conn,
             Err(error) => {
-                fail_all(batch, &translate(error));
+                self.breaker.observe(&error);
+                fail_all(batch, &error);
                 return None;
             }
         };
@@ -193,6 +197,7 @@ impl Writer {
                 let _ = conn.execute("ROLLBACK").await;
                 // The connection's state is unknown: do not return it to the pool.
                 let _ = sqlx::Connection::close(conn.detach()).await;
+                self.breaker.observe(&error);
                 fail_all(batch, &error);
                 None
             }
@@ -388,7 +393,7 @@ impl Writer {
     /// superseded at or below it, and tombstones below it (what no read or watch at or above
     /// the compacted revision can see). Returns what is left to do, `None` when done.
     async fn purge_step(&self, purge: Purge) -> Result<Option<Purge>> {
-        let mut conn = self.pool.acquire().await.map_err(translate)?;
+        let mut conn = self.breaker.acquire(&self.pool).await?;
         if !purge.marked {
             sqlx::query(self.dialect.mark_purged)
                 .bind(purge.target)

@@ -17,6 +17,9 @@ use async_trait::async_trait;
 use crate::config::{CompactionConfig, DriverConfig, EtcdConfig, SqliteConfig, StorageConfig};
 use crate::interface::Storage;
 
+mod own_postgres;
+pub use own_postgres::{own_postgres, OwnPostgres};
+
 /// The environment variable naming the PostgreSQL server for tests.
 pub const POSTGRES_ENV: &str = "RUDDER_TEST_POSTGRES_URL";
 /// The environment variable naming the MySQL/MariaDB server for tests (a URL with a database
