@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use rudder_storage::config::CompactionConfig;
-use rudder_storage::linearizability::{check, AfterFailure, Output, Recorder, Workload};
+use rudder_storage::linearizability::{check, watch_log, AfterFailure, Output, Recorder, Workload};
 use rudder_storage::testing;
 use rudder_storage::*;
 
@@ -88,5 +88,154 @@ async fn a_postgres_restart_under_load_fails_fast_reconnects_and_loses_no_event(
         writes_after > 20,
         "only {writes_after} writes after the restart"
     );
+    store.close().await;
+}
+
+/// A write through `store`, timed: its result and how long it took.
+async fn timed_put(store: &dyn Storage, key: &[u8]) -> (Result<Revision>, Duration) {
+    let started = Instant::now();
+    let result = match tokio::time::timeout(Duration::from_secs(30), store.put(key, b"", 0)).await {
+        Ok(result) => result,
+        Err(_) => Err(Error::Backend {
+            message: "no answer within 30 s".into(),
+            source: None,
+        }),
+    };
+    (result, started.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn losing_an_etcd_member_loses_no_write_and_losing_the_quorum_fails_clearly() {
+    let Some(mut cluster) = testing::own_etcd_cluster().await else {
+        return;
+    };
+    let mut config = StorageConfig::parse(&cluster.url()).unwrap();
+    config.compaction = CompactionConfig {
+        interval: Duration::ZERO,
+        retain: 0,
+    };
+    let store = open_config(&config).await.unwrap();
+    let recorder = Recorder::new();
+    let mut workload = Workload::new("/members/", 8, 1_000_000);
+    workload.request_timeout = REQUEST_TIMEOUT;
+    workload.after_failure = AfterFailure::Pause(Duration::from_millis(100));
+    workload.duration = Some(Duration::from_secs(18));
+    let recording = {
+        let (store, workload) = (store.clone(), workload.clone());
+        tokio::spawn(async move { recorder.record(&[store], &workload).await })
+    };
+
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    cluster.kill(0);
+    let one_down = recorder.now();
+    // The two left elect a leader (if the dead one led) and take writes again — after at
+    // most one of etcd's request timeouts (5 s plus two election timeouts) for a request the
+    // dead leader held.
+    let killed = Instant::now();
+    let serving_again = loop {
+        let (written, _) = timed_put(&*store, b"/probe/one-down").await;
+        if written.is_ok() {
+            break killed.elapsed();
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(15),
+            "no write succeeded within 15 s of losing one member: {written:?}\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    eprintln!("one member down: writes succeed {serving_again:?} after the kill");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    cluster.kill(1);
+    let quorum_lost = recorder.now();
+    let (refused, took) = timed_put(&*store, b"/probe/no-quorum").await;
+    eprintln!("no quorum: a write took {took:?}: {refused:?}");
+    let error = refused.expect_err("a write without a quorum fails");
+    assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
+    assert!(took < REQUEST_TIMEOUT, "took {took:?}");
+    cluster.restart(0);
+    cluster.restart(1);
+    let restarted = Instant::now();
+    let back = recorder.now();
+    let recovered = loop {
+        let (written, _) = timed_put(&*store, b"/probe/back").await;
+        if written.is_ok() {
+            break restarted.elapsed();
+        }
+        assert!(
+            restarted.elapsed() < Duration::from_secs(20),
+            "no write succeeded within 20 s of the members' return: {written:?}\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+
+    let mut history = recording.await.unwrap().unwrap();
+    // A watch that ended with an error is resumed from the revision its last batch promised,
+    // as a client does: together they must miss and repeat nothing.
+    let log = history.watch.as_mut().unwrap();
+    if let Some(error) = log.error.take() {
+        let from = log
+            .batches
+            .last()
+            .map_or(log.start_revision, |b| b.revision + 1);
+        eprintln!("the watch ended ({error}); resuming it from revision {from}");
+        let until = store.status().await.unwrap().revision;
+        let rest = watch_log(
+            &*store,
+            &workload.prefix,
+            from,
+            until,
+            Duration::from_secs(20),
+        )
+        .await
+        .unwrap();
+        log.batches.extend(rest.batches);
+        log.error = rest.error;
+    }
+    let acknowledged_while_one_down = history
+        .operations
+        .iter()
+        .filter(|op| op.call > one_down && op.call < quorum_lost)
+        .filter(|op| op.write_revision().is_some())
+        .count();
+    let in_window: Vec<_> = history
+        .operations
+        .iter()
+        .filter(|op| op.call > one_down && op.call < quorum_lost)
+        .collect();
+    let slowest = in_window
+        .iter()
+        .filter_map(|op| op.returned.map(|at| at - op.call))
+        .max();
+    eprintln!(
+        "{} requests with one member down, slowest {:?} ms; failures: {:?}",
+        in_window.len(),
+        slowest.map(|n| n / 1_000_000),
+        in_window
+            .iter()
+            .filter_map(|op| match &op.output {
+                Output::Unknown { error } => Some(error.clone()),
+                _ => None,
+            })
+            .take(3)
+            .collect::<Vec<_>>()
+    );
+    let report = check(&history);
+    eprintln!(
+        "{acknowledged_while_one_down} writes acknowledged with one member down; writes again {:.1} s after the members' return; {report}",
+        recovered.as_secs_f64()
+    );
+    let acknowledged_after_return = history
+        .operations
+        .iter()
+        .filter(|op| op.call > back && op.write_revision().is_some())
+        .count();
+    assert!(acknowledged_while_one_down > 20);
+    assert!(
+        acknowledged_after_return > 20,
+        "{acknowledged_after_return}"
+    );
+    assert!(report.is_clean(), "{report}");
     store.close().await;
 }

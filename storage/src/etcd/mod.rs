@@ -6,6 +6,7 @@
 //! requests are answered on etcd versions whose own answers cannot be trusted).
 
 mod restore;
+mod retry;
 mod watch;
 
 use std::sync::Arc;
@@ -310,24 +311,36 @@ impl EtcdStore {
 impl Storage for EtcdStore {
     async fn range(&self, request: RangeRequest) -> Result<RangeResponse> {
         let (key, options) = self.get_options(&request);
-        let response = self
-            .client
-            .kv_client()
-            .max_decoding_message_size(MAX_RESPONSE_BYTES)
-            .get(key, Some(options))
-            .await
-            .map_err(translate)?;
+        let response = retry::with_retry(true, || {
+            let mut kv = self
+                .client
+                .kv_client()
+                .max_decoding_message_size(MAX_RESPONSE_BYTES);
+            let (key, options) = (key.clone(), options.clone());
+            async move { kv.get(key, Some(options)).await }
+        })
+        .await
+        .map_err(translate)?;
         Ok(self.range_response(&response.0))
     }
 
     async fn txn(&self, request: TxnRequest) -> Result<TxnResponse> {
-        let response = self
-            .client
-            .kv_client()
-            .max_decoding_message_size(MAX_RESPONSE_BYTES)
-            .txn(self.txn_request(&request))
-            .await
-            .map_err(translate)?;
+        let reads_only = request
+            .success
+            .iter()
+            .chain(&request.failure)
+            .all(|op| matches!(op, TxnOp::Range(_)));
+        let txn = self.txn_request(&request);
+        let response = retry::with_retry(reads_only, || {
+            let mut kv = self
+                .client
+                .kv_client()
+                .max_decoding_message_size(MAX_RESPONSE_BYTES);
+            let txn = txn.clone();
+            async move { kv.txn(txn).await }
+        })
+        .await
+        .map_err(translate)?;
         Ok(self.txn_response(&response.0))
     }
 
@@ -408,12 +421,13 @@ impl Storage for EtcdStore {
         } else {
             LeaseTimeToLiveOptions::new()
         };
-        let response = self
-            .client
-            .lease_client()
-            .time_to_live(id, Some(options))
-            .await
-            .map_err(translate)?;
+        let response = retry::with_retry(true, || {
+            let mut leases = self.client.lease_client();
+            let options = options.clone();
+            async move { leases.time_to_live(id, Some(options)).await }
+        })
+        .await
+        .map_err(translate)?;
         if response.0.ttl < 0 {
             return Err(Error::LeaseNotFound(id));
         }
@@ -432,24 +446,24 @@ impl Storage for EtcdStore {
     }
 
     async fn lease_list(&self) -> Result<Vec<LeaseId>> {
-        let response = self
-            .client
-            .lease_client()
-            .leases()
-            .await
-            .map_err(translate)?;
+        let response = retry::with_retry(true, || {
+            let mut leases = self.client.lease_client();
+            async move { leases.leases().await }
+        })
+        .await
+        .map_err(translate)?;
         let mut ids: Vec<LeaseId> = response.0.leases.iter().map(|lease| lease.id).collect();
         ids.sort_unstable();
         Ok(ids)
     }
 
     async fn status(&self) -> Result<Status> {
-        let status = self
-            .client
-            .maintenance_client()
-            .status()
-            .await
-            .map_err(translate)?;
+        let status = retry::with_retry(true, || {
+            let mut maintenance = self.client.maintenance_client();
+            async move { maintenance.status().await }
+        })
+        .await
+        .map_err(translate)?;
         let revision = status.0.header.as_ref().map_or(0, |h| h.revision);
         Ok(Status {
             driver: "etcd".into(),
@@ -502,6 +516,9 @@ fn translate(error: etcd_client::Error) -> Error {
                 Error::InvalidArgument(message.trim_start_matches("etcdserver: ").to_string())
             } else if status.code() == tonic::Code::Unavailable
                 || status.code() == tonic::Code::DeadlineExceeded
+                || retry::retriable(&error, true)
+                // etcd's own deadline for a proposal (a leader election under way).
+                || message.contains("context deadline exceeded")
             {
                 Error::unavailable(format!("etcd is unavailable: {message}"), error)
             } else {

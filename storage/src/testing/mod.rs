@@ -17,7 +17,9 @@ use async_trait::async_trait;
 use crate::config::{CompactionConfig, DriverConfig, EtcdConfig, SqliteConfig, StorageConfig};
 use crate::interface::Storage;
 
+mod own_etcd_cluster;
 mod own_postgres;
+pub use own_etcd_cluster::{own_etcd_cluster, OwnEtcdCluster};
 pub use own_postgres::{own_postgres, OwnPostgres};
 
 /// The environment variable naming the PostgreSQL server for tests.
