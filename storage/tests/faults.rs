@@ -239,3 +239,128 @@ async fn losing_an_etcd_member_loses_no_write_and_losing_the_quorum_fails_clearl
     assert!(report.is_clean(), "{report}");
     store.close().await;
 }
+
+/// A small tmpfs mounted for the case (root only); unmounted when dropped.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(megabytes: u32) -> Option<SmallDisk> {
+        let dir = tempfile::tempdir().unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={megabytes}m"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .is_ok_and(|status| status.success());
+        if mounted {
+            return Some(SmallDisk { dir });
+        }
+        assert!(
+            std::env::var("CI").map_or(true, |ci| ci != "true"),
+            "cannot mount a tmpfs but CI=true: the full-disk case needs root"
+        );
+        eprintln!("SKIPPED: cannot mount a tmpfs (not root?)");
+        None
+    }
+
+    /// Gives the disk `megabytes` in all.
+    fn grow(&self, megabytes: u32) {
+        let status = std::process::Command::new("mount")
+            .args(["-o", &format!("remount,size={megabytes}m")])
+            .arg(self.dir.path())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_disk_fails_writes_clearly_keeps_the_data_and_recovers_when_freed() {
+    let Some(disk) = SmallDisk::mount(6) else {
+        return;
+    };
+    let url = format!(
+        "sqlite://{}?compact_interval=0",
+        disk.dir.path().join("state.db").display()
+    );
+    let store = open(&url).await.unwrap();
+    let recorder = Recorder::new();
+    let mut workload = Workload::new("/disk/", 4, 1_000_000);
+    workload.request_timeout = REQUEST_TIMEOUT;
+    workload.after_failure = AfterFailure::Pause(Duration::from_millis(20));
+    workload.duration = Some(Duration::from_secs(6));
+    let recording = {
+        let (store, workload) = (store.clone(), workload.clone());
+        tokio::spawn(async move { recorder.record(&[store], &workload).await })
+    };
+    // Fill the disk with 64 KiB values until a write fails.
+    let big = vec![b'x'; 64 * 1024];
+    let mut written: Vec<(Vec<u8>, Revision)> = Vec::new();
+    let error = loop {
+        let key = format!("/fill/{:05}", written.len()).into_bytes();
+        match store.put(&key, &big, 0).await {
+            Ok(revision) => written.push((key, revision)),
+            Err(error) => break error,
+        }
+        assert!(written.len() < 1000, "the 6 MiB disk never filled");
+    };
+    eprintln!("the disk filled after {} values: {error}", written.len());
+    assert!(
+        error.to_string().contains("the database's disk is full"),
+        "not a clear error: {error}"
+    );
+    // While it is full, writes keep failing the same way and reads still answer.
+    let again = store.put(b"/fill/more", &big, 0).await.unwrap_err();
+    assert!(again.to_string().contains("disk is full"), "{again}");
+    for (key, revision) in &written {
+        let kv = store
+            .get(key, 0)
+            .await
+            .unwrap()
+            .expect("written before the disk filled");
+        assert_eq!((kv.mod_revision, kv.value.len()), (*revision, big.len()));
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    disk.grow(64);
+    let freed = Instant::now();
+    let revision = loop {
+        match store.put(b"/fill/after", &big, 0).await {
+            Ok(revision) => break revision,
+            Err(error) => {
+                assert!(freed.elapsed() < Duration::from_secs(5), "{error}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    eprintln!(
+        "writes succeed again {:?} after space was freed, at revision {revision}",
+        freed.elapsed()
+    );
+
+    let history = recording.await.unwrap().unwrap();
+    let failed = history
+        .operations
+        .iter()
+        .filter(|op| matches!(op.output, Output::Unknown { .. }))
+        .count();
+    let report = check(&history);
+    eprintln!("{report}");
+    assert!(failed > 0, "no request of the workload met the full disk");
+    assert!(report.is_clean(), "{report}");
+    // Nothing written before the disk filled was lost, after all that.
+    for (key, revision) in &written {
+        let kv = store.get(key, 0).await.unwrap().unwrap();
+        assert_eq!(kv.mod_revision, *revision);
+    }
+    store.close().await;
+}

@@ -503,6 +503,15 @@ impl Storage for SqlStore {
     }
 }
 
+/// Whether the database refused a write for want of disk space: SQLite's SQLITE_FULL (13),
+/// PostgreSQL's disk_full (53100), MySQL's "table is full" (1114) and "disk full" (1021).
+fn is_disk_full(db: &dyn sqlx::error::DatabaseError) -> bool {
+    if let Some(mysql) = db.try_downcast_ref::<MySqlDatabaseError>() {
+        return matches!(mysql.number(), 1021 | 1114);
+    }
+    matches!(db.code().as_deref(), Some("13" | "53100"))
+}
+
 /// Translates a sqlx error into the storage error: connection trouble, and conflicts worth
 /// retrying, are `Unavailable`; a statement over the server's packet limit is `TooLarge`;
 /// everything else a backend error.
@@ -534,6 +543,14 @@ pub(crate) fn translate(error: sqlx::Error) -> Error {
                 _ => Error::backend(message, error),
             }
         }
+        sqlx::Error::Database(db) if is_disk_full(db.as_ref()) => Error::backend(
+            format!(
+                "the database's disk is full ({}); data written so far is kept, and writes \
+                 resume once space is freed",
+                db.message()
+            ),
+            error,
+        ),
         sqlx::Error::Database(db) => {
             let message = db.message().to_string();
             let code = db.code().map(|c| c.to_string()).unwrap_or_default();

@@ -511,6 +511,10 @@ fn fail_all(batch: Vec<Job>, error: &Error) {
                 message: message.clone(),
                 source: None,
             },
+            Error::Backend { message, .. } => Error::Backend {
+                message: message.clone(),
+                source: None,
+            },
             other => Error::Backend {
                 message: other.to_string(),
                 source: None,
