@@ -420,6 +420,24 @@ impl ApiError {
 
 /// The one place storage failures become API errors. Conflicts and not-found are handled by
 /// the store, which knows the resource; what reaches here is a backend problem.
+impl ApiError {
+    /// An admission plugin's refusal for a read or write of its own that failed: a server-side
+    /// failure keeps its code and reason (503 while the storage is down, so clients retry),
+    /// anything else is the plugin's internal error. `context` says what it was doing.
+    pub fn into_denied(self, context: &str) -> rudder_admission::Denied {
+        let (code, reason) = if self.code >= 500 {
+            (self.code, self.reason.as_str())
+        } else {
+            (500, "InternalError")
+        };
+        rudder_admission::Denied {
+            code,
+            reason,
+            message: format!("{context}: {}", self.message),
+        }
+    }
+}
+
 impl From<rudder_storage::Error> for ApiError {
     fn from(error: rudder_storage::Error) -> Self {
         use rudder_storage::Error as E;
@@ -431,10 +449,11 @@ impl From<rudder_storage::Error> for ApiError {
             // The drivers' own guard of etcd's request limit; the registry refuses such
             // writes first (registry/storable.rs), so this is a backstop.
             E::TooLarge(_) => ApiError::too_large(format!("etcdserver: {error}")),
-            E::Unavailable { .. } | E::Closed => {
+            E::Unavailable { message, .. } => {
                 tracing::warn!(%error, "storage unavailable");
-                ApiError::unavailable(format!("storage is unavailable: {error}"))
+                ApiError::unavailable(format!("storage is unavailable: {message}"))
             }
+            E::Closed => ApiError::unavailable(format!("storage is unavailable: {error}")),
             _ => {
                 tracing::error!(%error, "storage error");
                 ApiError::internal(format!("storage error: {error}"))

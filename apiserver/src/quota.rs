@@ -41,10 +41,8 @@ impl ResourceQuota {
 
     /// What the namespace uses now of each resource `quota` limits (a consistent read).
     async fn count(&self, namespace: &str, quota: &Value) -> Result<BTreeMap<String, i64>, Denied> {
-        let failed = |what: &str, error: crate::error::ApiError| Denied {
-            code: 500,
-            reason: "InternalError",
-            message: format!("counting {what} for resource quota: {}", error.message),
+        let failed = |what: &str, error: crate::error::ApiError| {
+            error.into_denied(&format!("counting {what} for resource quota"))
         };
         let spec = &quota["spec"];
         let mut used: BTreeMap<String, i64> = spec["hard"]
@@ -316,11 +314,7 @@ impl Validating for ResourceQuota {
             .reader
             .list_cached(quotas_info, Some(namespace), "", "")
             .await
-            .map_err(|error| Denied {
-                code: 500,
-                reason: "InternalError",
-                message: format!("reading resource quotas: {}", error.message),
-            })?;
+            .map_err(|error| error.into_denied("reading resource quotas"))?;
         for quota in &quotas {
             let name = crate::json::name(quota).to_string();
             let usage = usage_of(attributes, object, &quota["spec"]);
@@ -369,11 +363,7 @@ impl Validating for ResourceQuota {
             }
             if let Err(error) = written {
                 if !error.is_not_found() {
-                    return Err(Denied {
-                        code: 500,
-                        reason: "InternalError",
-                        message: format!("charging resource quota {name}: {}", error.message),
-                    });
+                    return Err(error.into_denied(&format!("charging resource quota {name}")));
                 }
             }
         }

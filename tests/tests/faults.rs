@@ -5,6 +5,7 @@
 // Test code: a failed expectation is meant to panic.
 #![allow(clippy::unwrap_used)]
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -71,6 +72,10 @@ async fn sigkill_under_sixteen_writers_loses_no_acknowledged_write() {
         workload.keys = 8;
         workload.request_timeout = Duration::from_secs(5);
         workload.after_failure = AfterFailure::Stop;
+        // The etcd driver sends a request that found the server gone again once it is back,
+        // so clients between requests at the kill carry on: stop them at the restart.
+        let stop = Arc::new(AtomicBool::new(false));
+        workload.stop = Some(stop.clone());
         let clients = {
             let store = store.clone();
             tokio::spawn(async move { recorder.run(&[store], &workload).await })
@@ -78,6 +83,7 @@ async fn sigkill_under_sixteen_writers_loses_no_acknowledged_write() {
         let after = rand::rng().random_range(150..500);
         tokio::time::sleep(Duration::from_millis(after)).await;
         server = tokio::task::block_in_place(|| server.kill_and_restart(binary, &url, &args));
+        stop.store(true, Ordering::Release);
         // Whatever was in flight died with the process: it was decided by now.
         let killed = recorder.now();
         let mut ops = clients.await.unwrap();
@@ -144,4 +150,104 @@ async fn sigkill_under_sixteen_writers_loses_no_acknowledged_write() {
         unknown_rounds > 0,
         "no request was ever in flight at a kill: the test did not test"
     );
+}
+
+/// Runs `kubectl create configmap NAME` and returns whether it worked, how long it took and
+/// what kubectl said.
+fn create_configmap(server: &RudderServer, name: &str) -> (bool, Duration, String) {
+    let started = std::time::Instant::now();
+    let output = server.kubectl(
+        "1.33",
+        &["create", "configmap", name, "--request-timeout=30s", "-v=6"],
+    );
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), started.elapsed(), said)
+}
+
+/// Creates ConfigMaps until one is created, for at most `within`; how long it took.
+fn create_until_it_works(server: &RudderServer, prefix: &str, within: Duration) -> Duration {
+    let started = std::time::Instant::now();
+    for attempt in 0.. {
+        let (ok, _, said) = create_configmap(server, &format!("{prefix}-{attempt}"));
+        if ok {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < within,
+            "no create succeeded within {within:?}: {said}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    unreachable!()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_gets_a_prompt_503_while_postgres_is_down_and_the_cluster_carries_on() {
+    let Some(postgres) = rudder_storage::testing::own_postgres() else {
+        return;
+    };
+    let binary = env!("CARGO_BIN_EXE_rudder");
+    tokio::task::block_in_place(|| {
+        let server = RudderServer::start(binary, &postgres.url());
+        server.kubectl_ok("1.33", &["create", "configmap", "before"]);
+        postgres.stop();
+        let (ok, took, said) = create_configmap(&server, "during");
+        eprintln!(
+            "with PostgreSQL down kubectl answered in {took:?}: {}",
+            said.lines().last().unwrap_or_default()
+        );
+        assert!(!ok, "{said}");
+        assert!(said.contains("503 Service Unavailable"), "{said}");
+        assert!(said.contains("the database refuses connections"), "{said}");
+        assert!(took < Duration::from_secs(15), "kubectl waited {took:?}");
+        postgres.start();
+        let back = create_until_it_works(&server, "after", Duration::from_secs(20));
+        eprintln!("kubectl creates again {back:?} after PostgreSQL is back");
+        let names = server.kubectl_ok("1.33", &["get", "configmaps", "-o", "name"]);
+        assert!(names.contains("configmap/before"), "{names}");
+        assert!(names.contains("configmap/after-"), "{names}");
+        assert!(!names.contains("configmap/during"), "{names}");
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_on_three_etcd_members_serves_through_one_loss_and_recovers_from_two() {
+    let Some(mut cluster) = rudder_storage::testing::own_etcd_cluster().await else {
+        return;
+    };
+    let binary = env!("CARGO_BIN_EXE_rudder");
+    tokio::task::block_in_place(|| {
+        let server = RudderServer::start(binary, &cluster.url());
+        server.kubectl_ok("1.33", &["create", "configmap", "before"]);
+        cluster.kill(0);
+        // The two left take over: creates work again within etcd's request timeout, then
+        // keep working.
+        let serving = create_until_it_works(&server, "one-down-first", Duration::from_secs(20));
+        eprintln!("with one member gone kubectl creates again after {serving:?}");
+        for index in 0..10 {
+            let (ok, _, said) = create_configmap(&server, &format!("one-down-{index}"));
+            assert!(ok, "{said}\n{}", cluster.logs());
+        }
+        cluster.kill(1);
+        let (ok, took, said) = create_configmap(&server, "no-quorum");
+        eprintln!(
+            "without a quorum kubectl answered in {took:?}: {}",
+            said.lines().last().unwrap_or_default()
+        );
+        assert!(!ok, "{said}");
+        assert!(said.contains("503 Service Unavailable"), "{said}");
+        assert!(said.contains("etcdserver: request timed out"), "{said}");
+        cluster.restart(0);
+        cluster.restart(1);
+        let back = create_until_it_works(&server, "after", Duration::from_secs(30));
+        eprintln!("kubectl creates again {back:?} after the members are back");
+        let names = server.kubectl_ok("1.33", &["get", "configmaps", "-o", "name"]);
+        for name in ["before", "one-down-0", "one-down-9"] {
+            assert!(names.contains(&format!("configmap/{name}\n")), "{names}");
+        }
+    });
 }

@@ -334,11 +334,7 @@ impl NamespaceLookup for StoredNamespaces {
             Ok(None) => Ok(NamespaceState::Missing),
             Ok(Some(stored)) if is_terminating(&stored.object) => Ok(NamespaceState::Terminating),
             Ok(Some(_)) => Ok(NamespaceState::Active),
-            Err(error) => Err(Denied {
-                code: 500,
-                reason: "InternalError",
-                message: format!("reading namespace {name}: {}", error.message),
-            }),
+            Err(error) => Err(error.into_denied(&format!("reading namespace {name}"))),
         }
     }
 }
@@ -403,11 +399,7 @@ impl StoredNamespaces {
 }
 
 fn read_failed(error: crate::error::ApiError) -> Denied {
-    Denied {
-        code: 500,
-        reason: "InternalError",
-        message: format!("admission could not read the cluster: {}", error.message),
-    }
+    error.into_denied("admission could not read the cluster")
 }
 
 fn is_terminating(namespace: &Value) -> bool {

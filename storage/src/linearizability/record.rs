@@ -7,6 +7,7 @@
 //! without an answer.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,6 +35,8 @@ pub struct Workload {
     pub after_failure: AfterFailure,
     /// Stop each client after this long, even if it has operations left.
     pub duration: Option<Duration>,
+    /// Once set, each client stops before its next request (the caller ends the run).
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 /// What a client does after a request without an answer.
@@ -59,6 +62,7 @@ impl Workload {
             request_timeout: Duration::from_secs(10),
             after_failure: AfterFailure::Continue,
             duration: None,
+            stop: None,
         }
     }
 
@@ -132,6 +136,13 @@ impl Recorder {
         let mut operations = Vec::with_capacity(workload.operations.min(100_000));
         let started = Instant::now();
         for n in 0..workload.operations {
+            if workload
+                .stop
+                .as_ref()
+                .is_some_and(|stop| stop.load(Ordering::Acquire))
+            {
+                break;
+            }
             let key = workload.key(rng.random_range(0..workload.keys.max(1)));
             let value = format!("{:x}.{client}.{n}", workload.seed).into_bytes();
             let input = match rng.random_range(0..100) {
