@@ -4,6 +4,8 @@
 // Test code: a failed expectation is meant to panic.
 #![allow(clippy::unwrap_used)]
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rudder_storage::config::CompactionConfig;
@@ -119,7 +121,9 @@ async fn losing_an_etcd_member_loses_no_write_and_losing_the_quorum_fails_clearl
     let mut workload = Workload::new("/members/", 8, 1_000_000);
     workload.request_timeout = REQUEST_TIMEOUT;
     workload.after_failure = AfterFailure::Pause(Duration::from_millis(100));
-    workload.duration = Some(Duration::from_secs(18));
+    // The clients run until 3 s after the members are back, however long each phase took.
+    let stop = Arc::new(AtomicBool::new(false));
+    workload.stop = Some(stop.clone());
     let recording = {
         let (store, workload) = (store.clone(), workload.clone());
         tokio::spawn(async move { recorder.record(&[store], &workload).await })
@@ -169,6 +173,8 @@ async fn losing_an_etcd_member_loses_no_write_and_losing_the_quorum_fails_clearl
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, Ordering::Release);
 
     let mut history = recording.await.unwrap().unwrap();
     // A watch that ended with an error is resumed from the revision its last batch promised,
