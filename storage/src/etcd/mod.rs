@@ -3,7 +3,9 @@
 //! Keys may live under a prefix (from the URL's path), so several stores can share one etcd;
 //! the prefix is added on the way in and stripped on the way out. Watches are etcd watches: etcd
 //! does its own fan-out, so this driver needs no hub ([`watch`] also explains how progress
-//! requests are answered on etcd versions whose own answers cannot be trusted).
+//! requests are answered on etcd versions whose own answers cannot be trusted). When a member
+//! goes away, requests that never reached it are sent again to another ([`retry`]) and watches
+//! carry on from the revision after the last one delivered.
 
 mod restore;
 mod retry;
@@ -17,7 +19,7 @@ use etcd_client::proto::{PbKeyValue, PbTxnOpResponse};
 use etcd_client::{
     Client, CompactionOptions, Compare as EtcdCompare, CompareOp as EtcdCompareOp, ConnectOptions,
     DeleteOptions, GetOptions, LeaseGrantOptions, LeaseTimeToLiveOptions, PutOptions, Txn,
-    TxnOp as EtcdTxnOp, WatchOptions,
+    TxnOp as EtcdTxnOp,
 };
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -345,24 +347,15 @@ impl Storage for EtcdStore {
     }
 
     async fn watch(&self, request: WatchRequest) -> Result<WatchStream> {
-        let (key, end) = self.range(&request.range);
-        let mut options = WatchOptions::new().with_start_revision(request.start_revision.max(0));
-        if !end.is_empty() {
-            options = options.with_range(end);
-        }
-        if request.prev_kv {
-            options = options.with_prev_key();
-        }
-        watch::open(
-            &self.client,
+        let (key, range_end) = self.range(&request.range);
+        let target = watch::Target {
+            client: self.client.clone(),
             key,
-            options,
-            &request,
-            self.prefix.clone(),
-            self.progress.clone(),
-            MAX_RESPONSE_BYTES,
-        )
-        .await
+            range_end,
+            prev_kv: request.prev_kv,
+            max_response_bytes: MAX_RESPONSE_BYTES,
+        };
+        watch::open(target, &request, self.prefix.clone(), self.progress.clone()).await
     }
 
     async fn compact(&self, revision: Revision) -> Result<()> {

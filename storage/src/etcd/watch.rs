@@ -120,6 +120,9 @@ pub(super) fn orders_progress_with_events(version: &str) -> bool {
     }
 }
 
+/// How long a watch whose member went away keeps trying to watch again elsewhere.
+const RESUME_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The fence of a [`ProgressMode::Fenced`] watch.
 struct Fence {
     writer: Arc<FenceWriter>,
@@ -148,6 +151,8 @@ enum FenceWatcher {
 
 /// The state of one etcd watch turned into a [`WatchStream`].
 struct EtcdWatch {
+    /// What to watch again when the member serving the watch goes away.
+    target: Target,
     sender: etcd_client::WatchRequestSender,
     responses: etcd_client::WatchResponseStream,
     pending: VecDeque<PbWatchResponse>,
@@ -161,36 +166,71 @@ struct EtcdWatch {
     fence: Option<Fence>,
 }
 
-/// Opens an etcd watch of `key` (a full etcd key) with `options` and turns it into a stream.
+/// What a watch asks etcd for, kept to ask again from where it got to.
+#[derive(Clone)]
+pub(super) struct Target {
+    pub client: Client,
+    /// The full etcd key (prefix included) and range end (empty: one key).
+    pub key: Vec<u8>,
+    pub range_end: Vec<u8>,
+    pub prev_kv: bool,
+    pub max_response_bytes: usize,
+}
+
+impl Target {
+    fn options(&self, start_revision: Revision) -> WatchOptions {
+        let mut options = WatchOptions::new().with_start_revision(start_revision.max(0));
+        if !self.range_end.is_empty() {
+            options = options.with_range(self.range_end.clone());
+        }
+        if self.prev_kv {
+            options = options.with_prev_key();
+        }
+        options
+    }
+
+    /// Creates the watch on etcd: its stream halves and etcd's first answer, the creation
+    /// (or the refusal, as an error).
+    async fn create(
+        &self,
+        start_revision: Revision,
+    ) -> Result<(
+        etcd_client::WatchRequestSender,
+        etcd_client::WatchResponseStream,
+        PbWatchResponse,
+    )> {
+        let stream = self
+            .client
+            .watch_client()
+            .max_decoding_message_size(self.max_response_bytes)
+            .watch(self.key.clone(), Some(self.options(start_revision)))
+            .await
+            .map_err(translate)?;
+        let (sender, mut responses) = stream.split();
+        let Some(first) = responses.message().await.map_err(translate)? else {
+            return Err(Error::Unavailable {
+                message: "etcd closed the watch stream".into(),
+                source: None,
+            });
+        };
+        let first = first.0;
+        if first.canceled {
+            return Err(cancel_error(&first));
+        }
+        Ok((sender, responses, first))
+    }
+}
+
+/// Opens an etcd watch of `target` from the request's start revision and turns it into a
+/// stream.
 pub(super) async fn open(
-    client: &Client,
-    key: Vec<u8>,
-    options: WatchOptions,
+    target: Target,
     request: &WatchRequest,
     prefix: Vec<u8>,
     mode: ProgressMode,
-    max_response_bytes: usize,
 ) -> Result<WatchStream> {
-    let stream = client
-        .watch_client()
-        .max_decoding_message_size(max_response_bytes)
-        .watch(key, Some(options))
-        .await
-        .map_err(translate)?;
-    let (sender, mut responses) = stream.split();
-    // The first response says whether the watch was created or refused.
-    let first = responses.message().await.map_err(translate)?;
+    let (sender, responses, first) = target.create(request.start_revision).await?;
     let mut pending = VecDeque::new();
-    let Some(first) = first else {
-        return Err(Error::Unavailable {
-            message: "etcd closed the watch stream".into(),
-            source: None,
-        });
-    };
-    let first = first.0;
-    if first.canceled {
-        return Err(cancel_error(&first));
-    }
     let created_at = first.header.as_ref().map_or(0, |h| h.revision);
     let id = first.watch_id;
     if !first.created {
@@ -216,6 +256,7 @@ pub(super) async fn open(
     };
     let progress = Arc::new(Notify::new());
     let state = EtcdWatch {
+        target,
         sender,
         responses,
         pending,
@@ -267,12 +308,24 @@ impl EtcdWatch {
                     match received {
                         Ok(Some(response)) => response.0,
                         Ok(None) => {
-                            return self.end(Error::Unavailable {
+                            let lost = Error::Unavailable {
                                 message: "etcd closed the watch stream".into(),
                                 source: None,
-                            })
+                            };
+                            if let Some(item) = self.resume(lost).await {
+                                return Some(item);
+                            }
+                            continue;
                         }
-                        Err(error) => return self.end(translate(error)),
+                        // The stream broke (a member gone, a connection reset): a new
+                        // watch from where this one got to tells a refusal (compaction) from
+                        // a lost connection.
+                        Err(error) => {
+                            if let Some(item) = self.resume(translate(error)).await {
+                                return Some(item);
+                            }
+                            continue;
+                        }
                     }
                 }
             };
@@ -282,11 +335,61 @@ impl EtcdWatch {
         }
     }
 
+    /// The member serving the watch went away (`lost` says how): watches again from the
+    /// revision after the last one delivered, through whichever member answers, for up to
+    /// [`RESUME_FOR`], as etcd's own client does; ends the stream with `lost` (or the new
+    /// watch's refusal, a compaction say) if it cannot. A progress request that was waiting
+    /// is answered with what has been delivered.
+    async fn resume(&mut self, lost: Error) -> Option<Result<WatchBatch>> {
+        let started = std::time::Instant::now();
+        let mut pause = std::time::Duration::from_millis(50);
+        let (sender, responses, first) = loop {
+            match self.target.create(self.delivered + 1).await {
+                Ok(created) => break created,
+                Err(error @ (Error::Compacted { .. } | Error::InvalidArgument(_))) => {
+                    return self.end(error)
+                }
+                Err(error) if started.elapsed() >= RESUME_FOR => {
+                    tracing::warn!(%lost, %error, "an etcd watch could not be resumed");
+                    return self.end(lost);
+                }
+                Err(_) => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(std::time::Duration::from_millis(500));
+                }
+            }
+        };
+        tracing::info!(%lost, from = self.delivered + 1, "resumed an etcd watch");
+        self.sender = sender;
+        self.responses = responses;
+        self.id = first.watch_id;
+        self.pending.clear();
+        if !first.created {
+            self.pending.push_back(first.clone());
+        }
+        let created_at = first.header.as_ref().map_or(0, |h| h.revision);
+        let delivered = self.delivered;
+        if let Some(fence) = self.fence.as_mut() {
+            let requested = std::mem::take(&mut fence.requested);
+            fence.watcher = FenceWatcher::NotCreated;
+            fence.waiting_for = None;
+            fence.created_at = created_at;
+            fence.caught_up = delivered >= created_at;
+            if requested {
+                return self.progress_batch(delivered);
+            }
+        }
+        None
+    }
+
     /// Starts answering a progress request; returns a report when one can be given at once.
     async fn progress_requested(&mut self) -> Option<Result<WatchBatch>> {
         let Some(fence) = self.fence.as_mut() else {
+            // A broken stream shows on the receiving side too, which resumes the watch; the
+            // report then says what has been delivered.
             if let Err(error) = self.sender.request_progress().await {
-                return self.end(translate(error));
+                tracing::debug!(%error, "a watch-progress request could not be sent");
+                return self.progress_batch(self.delivered);
             }
             return None;
         };
@@ -299,7 +402,10 @@ impl EtcdWatch {
                 fence.watcher = FenceWatcher::Creating;
                 let key = fence.writer.key.clone();
                 if let Err(error) = self.sender.watch(key, None).await {
-                    return self.end(translate(error));
+                    tracing::debug!(%error, "the watch-progress fence could not be watched");
+                    fence.watcher = FenceWatcher::NotCreated;
+                    fence.requested = false;
+                    return self.progress_batch(self.delivered);
                 }
                 None
             }
@@ -308,7 +414,8 @@ impl EtcdWatch {
         }
     }
 
-    /// Writes the fence key; its event will carry the progress report.
+    /// Writes the fence key; its event will carry the progress report. When the write fails
+    /// (no quorum, say) the watch goes on and the report says what has been delivered.
     async fn write_fence(&mut self) -> Option<Result<WatchBatch>> {
         let fence = self.fence.as_mut()?;
         match fence.writer.fence().await {
@@ -316,7 +423,11 @@ impl EtcdWatch {
                 fence.waiting_for = Some(revision);
                 None
             }
-            Err(error) => self.end(error),
+            Err(error) => {
+                tracing::debug!(%error, "a watch-progress fence could not be written");
+                fence.requested = false;
+                self.progress_batch(self.delivered)
+            }
         }
     }
 
