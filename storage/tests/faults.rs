@@ -121,7 +121,7 @@ async fn losing_an_etcd_member_loses_no_write_and_losing_the_quorum_fails_clearl
     let mut workload = Workload::new("/members/", 8, 1_000_000);
     workload.request_timeout = REQUEST_TIMEOUT;
     workload.after_failure = AfterFailure::Pause(Duration::from_millis(100));
-    // The clients run until 3 s after the members are back, however long each phase took.
+    // The clients run until 8 s after the members are back, however long each phase took.
     let stop = Arc::new(AtomicBool::new(false));
     workload.stop = Some(stop.clone());
     let recording = {
@@ -173,7 +173,9 @@ async fn losing_an_etcd_member_loses_no_write_and_losing_the_quorum_fails_clearl
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Clients whose request went out while there was no quorum wait for etcd's request
+    // timeout (~6 s) before they go on: give them that and a little more.
+    tokio::time::sleep(Duration::from_secs(8)).await;
     stop.store(true, Ordering::Release);
 
     let history = recording.await.unwrap().unwrap();
