@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rudder_storage::config::CompactionConfig;
 use rudder_storage::linearizability::{check, AfterFailure, Output, Recorder, Workload};
 use rudder_storage::testing;
 use rudder_storage::*;
@@ -21,12 +20,9 @@ async fn a_postgres_restart_under_load_fails_fast_reconnects_and_loses_no_event(
     let Some(postgres) = testing::own_postgres() else {
         return;
     };
-    let mut config = StorageConfig::parse(&postgres.url()).unwrap();
-    config.compaction = CompactionConfig {
-        interval: Duration::ZERO,
-        retain: 0,
-    };
-    let store = open_config(&config).await.unwrap();
+    let store = open_config(&testing::config_without_compaction(&postgres.url()))
+        .await
+        .unwrap();
     let recorder = Recorder::new();
     let mut workload = Workload::new("/restart/", 8, 1_000_000);
     workload.request_timeout = REQUEST_TIMEOUT;
@@ -111,12 +107,9 @@ async fn losing_an_etcd_member_loses_no_write_and_losing_the_quorum_fails_clearl
     let Some(mut cluster) = testing::own_etcd_cluster().await else {
         return;
     };
-    let mut config = StorageConfig::parse(&cluster.url()).unwrap();
-    config.compaction = CompactionConfig {
-        interval: Duration::ZERO,
-        retain: 0,
-    };
-    let store = open_config(&config).await.unwrap();
+    let store = open_config(&testing::config_without_compaction(&cluster.url()))
+        .await
+        .unwrap();
     let recorder = Recorder::new();
     let mut workload = Workload::new("/members/", 8, 1_000_000);
     workload.request_timeout = REQUEST_TIMEOUT;

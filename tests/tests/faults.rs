@@ -10,30 +10,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rand::Rng;
-use rudder_storage::config::CompactionConfig;
 use rudder_storage::linearizability::{
     check, watch_log, AfterFailure, History, Input, Output, Recorder, Workload,
 };
-use rudder_storage::{Storage, StorageConfig};
+use rudder_storage::testing;
+use rudder_storage::Storage;
 use rudder_tests::server::RudderServer;
 
 const ROUNDS: usize = 20;
 const WRITERS: usize = 16;
 
-/// A loopback port nobody listens on now.
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
 /// The etcd driver on the server's gateway, without background compaction; the gateway may
 /// start listening a moment after the API is ready.
 async fn connect(gateway: &str) -> Arc<dyn Storage> {
-    let mut config = StorageConfig::parse(&format!("etcd://{gateway}")).unwrap();
-    config.compaction = CompactionConfig {
-        interval: Duration::ZERO,
-        retain: 0,
-    };
+    let config = testing::config_without_compaction(&format!("etcd://{gateway}"));
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
         match rudder_storage::open_config(&config).await {
@@ -55,7 +45,7 @@ async fn sigkill_under_sixteen_writers_loses_no_acknowledged_write() {
         "sqlite://{}?compact_interval=0",
         dir.path().join("state.db").display()
     );
-    let gateway = format!("127.0.0.1:{}", free_port());
+    let gateway = format!("127.0.0.1:{}", testing::free_port());
     let args = ["--etcd-listen", gateway.as_str()];
     let mut server =
         tokio::task::block_in_place(|| RudderServer::start_with_args(binary, &url, &args));
@@ -187,7 +177,7 @@ fn create_until_it_works(server: &RudderServer, prefix: &str, within: Duration) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_gets_a_prompt_503_while_postgres_is_down_and_the_cluster_carries_on() {
-    let Some(postgres) = rudder_storage::testing::own_postgres() else {
+    let Some(postgres) = testing::own_postgres() else {
         return;
     };
     let binary = env!("CARGO_BIN_EXE_rudder");
@@ -216,7 +206,7 @@ async fn kubectl_gets_a_prompt_503_while_postgres_is_down_and_the_cluster_carrie
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_on_three_etcd_members_serves_through_one_loss_and_recovers_from_two() {
-    let Some(mut cluster) = rudder_storage::testing::own_etcd_cluster().await else {
+    let Some(mut cluster) = testing::own_etcd_cluster().await else {
         return;
     };
     let binary = env!("CARGO_BIN_EXE_rudder");

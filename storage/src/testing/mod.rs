@@ -79,7 +79,7 @@ pub trait Harness: Send + Sync {
 pub fn service(variable: &str) -> Option<String> {
     match std::env::var(variable) {
         Ok(value) if !value.is_empty() => Some(value),
-        _ if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
+        _ if in_ci() => {
             panic!("{variable} is not set but CI=true: this test needs its service; run scripts/test.sh")
         }
         _ => {
@@ -89,6 +89,30 @@ pub fn service(variable: &str) -> Option<String> {
             None
         }
     }
+}
+
+/// Whether the tests run under `CI=true`, where a missing service fails rather than skips.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|ci| ci == "true")
+}
+
+/// A loopback port nobody listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("a free loopback port")
+}
+
+/// A store URL's configuration with background compaction off, as the fixtures open stores:
+/// a case's history must stay whole.
+pub fn config_without_compaction(url: &str) -> StorageConfig {
+    let mut config = StorageConfig::parse(url).expect("a storage URL");
+    config.compaction = CompactionConfig {
+        interval: std::time::Duration::ZERO,
+        retain: 0,
+    };
+    config
 }
 
 fn unique_name(prefix: &str) -> String {
@@ -303,12 +327,6 @@ impl Harness for OwnEtcd {
 /// outside CI, a failure under `CI=true`.
 pub async fn own_etcd() -> Option<OwnEtcd> {
     let binary = std::env::var("RUDDER_TEST_ETCD_BINARY").unwrap_or_else(|_| "etcd".into());
-    let free_port = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .map(|address| address.port())
-            .expect("a free loopback port")
-    };
     let (client, peer) = (free_port(), free_port());
     let dir = tempfile::tempdir().expect("temporary directory");
     let endpoint = format!("127.0.0.1:{client}");
@@ -330,7 +348,7 @@ pub async fn own_etcd() -> Option<OwnEtcd> {
         .spawn();
     let child = match spawned {
         Ok(child) => child,
-        Err(error) if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
+        Err(error) if in_ci() => {
             panic!("cannot start {binary} but CI=true: {error}; run scripts/test.sh")
         }
         Err(error) => {

@@ -4,6 +4,8 @@
 
 use std::process::{Child, Command, Stdio};
 
+use super::free_port;
+
 /// The cluster; every member still running is killed when dropped.
 pub struct OwnEtcdCluster {
     binary: String,
@@ -11,13 +13,6 @@ pub struct OwnEtcdCluster {
     /// (client port, peer port) per member.
     ports: Vec<(u16, u16)>,
     children: Vec<Option<Child>>,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|address| address.port())
-        .expect("a free loopback port")
 }
 
 impl OwnEtcdCluster {
@@ -120,7 +115,7 @@ pub async fn own_etcd_cluster() -> Option<OwnEtcdCluster> {
     for index in 0..3 {
         match cluster.spawn(index) {
             Ok(child) => cluster.children.push(Some(child)),
-            Err(error) if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
+            Err(error) if super::in_ci() => {
                 panic!(
                     "cannot start {} but CI=true: {error}; run scripts/test.sh",
                     cluster.binary

@@ -104,7 +104,7 @@ fn postgres_bin() -> Option<PathBuf> {
 /// server binaries are missing outside CI, a failure under `CI=true`.
 pub fn own_postgres() -> Option<OwnPostgres> {
     let Some(bin) = postgres_bin() else {
-        if std::env::var("CI").is_ok_and(|ci| ci == "true") {
+        if super::in_ci() {
             panic!(
                 "no PostgreSQL server under /usr/lib/postgresql but CI=true; run scripts/test.sh"
             );
@@ -117,10 +117,7 @@ pub fn own_postgres() -> Option<OwnPostgres> {
         .args(["postgres:postgres"])
         .arg(dir.path())
         .status();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|address| address.port())
-        .expect("a free loopback port");
+    let port = super::free_port();
     let postgres = OwnPostgres { bin, dir, port };
     let output = as_postgres(&postgres.bin.join("initdb"))
         .arg("-D")
