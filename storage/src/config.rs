@@ -6,7 +6,10 @@
 //!   (`postgresql://` too; every parameter sqlx understands is passed through);
 //! - `mysql://user:pass@host:port/db?ssl-mode=VERIFY_IDENTITY&ssl-ca=ca.pem&max_connections=N&connect_timeout=SECS&poll_interval=25ms`
 //!   (MySQL or MariaDB; every parameter sqlx understands is passed through);
-//! - `etcd://host:port[,host:port…][/key-prefix][?connect_timeout=SECS]`.
+//! - `etcd://host:port[,host:port…][/key-prefix][?connect_timeout=SECS]`;
+//! - `spanner://projects/P/instances/I/databases/D[?emulator_host=HOST:PORT&poll_interval=50ms]`
+//!   (Cloud Spanner; `emulator_host`, or `SPANNER_EMULATOR_HOST` as Google's clients read it,
+//!   names an emulator).
 //!
 //! Every driver also takes `compact_interval` (like `5m`, `30s`, `0` for off; default 5m: each
 //! interval, history older than one interval is compacted, as kube-apiserver does) and
@@ -41,6 +44,7 @@ pub enum DriverConfig {
     Postgres(PostgresConfig),
     Mysql(MysqlConfig),
     Etcd(EtcdConfig),
+    Spanner(SpannerConfig),
 }
 
 /// Background compaction, as kube-apiserver's: every `interval`, compact to the revision the
@@ -114,12 +118,27 @@ pub struct EtcdConfig {
     pub connect_timeout: Duration,
 }
 
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpannerConfig {
+    /// `projects/P/instances/I/databases/D`.
+    pub database: String,
+    /// `host:port` of a Cloud Spanner emulator; `None` means Google's service.
+    pub emulator_host: Option<String>,
+    /// How often the watch poller reads the log for other servers' commits (this server's own
+    /// commits wake it at once).
+    pub poll_interval: Duration,
+    pub connect_timeout: Duration,
+}
+
+/// The default for [`SpannerConfig::poll_interval`].
+pub const DEFAULT_SPANNER_POLL_INTERVAL: Duration = Duration::from_millis(50);
+
 impl StorageConfig {
     /// Parses a storage URL; the error names what is wrong and what a good URL looks like.
     pub fn parse(url: &str) -> Result<Self> {
         let (scheme, rest) = url.split_once("://").ok_or_else(|| {
             Error::Config(format!(
-                "storage URL {url:?} has no scheme: use sqlite://PATH, postgres://USER@HOST/DB, mysql://USER@HOST/DB or etcd://HOST:PORT"
+                "storage URL {url:?} has no scheme: use sqlite://PATH, postgres://USER@HOST/DB, mysql://USER@HOST/DB, etcd://HOST:PORT or spanner://projects/P/instances/I/databases/D"
             ))
         })?;
         let (body, query) = match rest.split_once('?') {
@@ -150,13 +169,14 @@ impl StorageConfig {
             "postgres" | "postgresql" => DriverConfig::Postgres(postgres(scheme, body, &mut params)?),
             "mysql" => DriverConfig::Mysql(mysql(body, &mut params)?),
             "etcd" => DriverConfig::Etcd(etcd(body, &mut params)?),
+            "spanner" => DriverConfig::Spanner(spanner(body, &mut params)?),
             other => {
                 return Err(Error::Config(format!(
-                    "unknown storage scheme {other:?} in {url:?}: use sqlite://, postgres://, mysql:// or etcd://"
+                    "unknown storage scheme {other:?} in {url:?}: use sqlite://, postgres://, mysql://, etcd:// or spanner://"
                 )))
             }
         };
-        if let DriverConfig::Etcd(_) | DriverConfig::Sqlite(_) = driver {
+        if let DriverConfig::Etcd(_) | DriverConfig::Sqlite(_) | DriverConfig::Spanner(_) = driver {
             params.reject_rest(scheme)?;
         }
         Ok(Self {
@@ -304,6 +324,48 @@ fn etcd(body: &str, params: &mut Params) -> Result<EtcdConfig> {
     })
 }
 
+fn spanner(body: &str, params: &mut Params) -> Result<SpannerConfig> {
+    let parts: Vec<&str> = body.split('/').collect();
+    let valid = parts.len() == 6
+        && parts[0] == "projects"
+        && parts[2] == "instances"
+        && parts[4] == "databases"
+        && [parts[1], parts[3], parts[5]].iter().all(|id| {
+            !id.is_empty()
+                && id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        });
+    if !valid {
+        return Err(Error::Config(format!(
+            "spanner:// URL {body:?} does not name a database: use spanner://projects/PROJECT/instances/INSTANCE/databases/DATABASE"
+        )));
+    }
+    let emulator_host = params
+        .take("emulator_host")
+        .or_else(|| std::env::var("SPANNER_EMULATOR_HOST").ok())
+        .filter(|host| !host.is_empty());
+    let poll_interval = match params.take("poll_interval") {
+        Some(text) => parse_duration(&text)?,
+        None => DEFAULT_SPANNER_POLL_INTERVAL,
+    };
+    if poll_interval.is_zero() {
+        return Err(Error::Config(
+            "spanner poll_interval must be more than 0 (e.g. 50ms)".into(),
+        ));
+    }
+    let connect_timeout = match params.take("connect_timeout") {
+        Some(text) => Duration::from_secs(parse_number("connect_timeout", &text)?),
+        None => Duration::from_secs(10),
+    };
+    Ok(SpannerConfig {
+        database: body.to_string(),
+        emulator_host,
+        poll_interval,
+        connect_timeout,
+    })
+}
+
 /// Query parameters, taken one by one; what no one takes is passed on (postgres) or rejected.
 struct Params(Vec<(String, String)>);
 
@@ -399,6 +461,39 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn spanner_urls_name_a_database_and_an_emulator() {
+        let config = StorageConfig::parse(
+            "spanner://projects/p1/instances/i-1/databases/rudder_db?emulator_host=127.0.0.1:9010&poll_interval=20ms",
+        )
+        .unwrap();
+        assert_eq!(
+            config.driver,
+            DriverConfig::Spanner(SpannerConfig {
+                database: "projects/p1/instances/i-1/databases/rudder_db".into(),
+                emulator_host: Some("127.0.0.1:9010".into()),
+                poll_interval: Duration::from_millis(20),
+                connect_timeout: Duration::from_secs(10),
+            })
+        );
+        for bad in [
+            "spanner://projects/p/instances/i",
+            "spanner://projects/p/instances/i/databases/",
+            "spanner://project/p/instances/i/databases/d",
+            "spanner://projects/p/instances/i/databases/d/x",
+        ] {
+            let error = StorageConfig::parse(bad).unwrap_err().to_string();
+            assert!(
+                error.contains("projects/PROJECT/instances/INSTANCE/databases/DATABASE"),
+                "{bad}: {error}"
+            );
+        }
+        let error = StorageConfig::parse("spanner://projects/p/instances/i/databases/d?bogus=1")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("bogus"), "{error}");
+    }
 
     #[test]
     fn sqlite_urls_take_relative_and_absolute_paths() {

@@ -4,8 +4,8 @@
 //! The [`Storage`] trait is etcd v3's KV model (one global revision, ranges at a revision,
 //! compare-and-swap transactions, ordered gapless watches, leases, compaction) with named
 //! result types. Drivers are chosen by URL with [`open`]: `sqlite://` (the embedded default),
-//! `postgres://`, `mysql://` (all on one log-structured SQL engine, [`sql`]) and `etcd://`
-//! ([`etcd`]).
+//! `postgres://`, `mysql://` (all on one log-structured SQL engine, [`sql`]), `spanner://`
+//! (the same design on Cloud Spanner, [`spanner`]) and `etcd://` ([`etcd`]).
 //!
 //! This crate knows nothing of Kubernetes objects, and its public API exposes no sqlx or
 //! etcd-client types. A newcomer starts at [`interface`], then `docs/storage-sql.md` for how the
@@ -20,12 +20,14 @@ pub mod etcd;
 pub mod instrumented;
 pub mod interface;
 pub mod linearizability;
+pub mod spanner;
 pub mod sql;
 pub mod txn_keys;
 pub mod types;
 
 mod compaction;
 mod hub;
+mod log;
 mod watcher;
 
 // Test code: a failed expectation is meant to panic.
@@ -55,12 +57,13 @@ pub async fn open_config(config: &StorageConfig) -> Result<Arc<dyn Storage>> {
         DriverConfig::Postgres(postgres) => sql::SqlStore::open_postgres(postgres, config).await?,
         DriverConfig::Mysql(mysql) => sql::SqlStore::open_mysql(mysql, config).await?,
         DriverConfig::Etcd(etcd) => etcd::EtcdStore::open(etcd, &config.compaction).await?,
+        DriverConfig::Spanner(spanner) => spanner::SpannerStore::open(spanner, config).await?,
     })
 }
 
 /// Deletes everything a store URL holds: the SQLite file, the PostgreSQL schema named by
-/// `schema=` (or Rudder's tables in the default schema), Rudder's tables in a MySQL database, or
-/// every key under an etcd prefix.
+/// `schema=` (or Rudder's tables in the default schema), Rudder's tables in a MySQL database, a
+/// whole Spanner database, or every key under an etcd prefix.
 /// For benchmarks and tests that make throw-away stores.
 pub async fn wipe(url: &str) -> Result<()> {
     use config::DriverConfig;
@@ -80,6 +83,7 @@ pub async fn wipe(url: &str) -> Result<()> {
         }
         DriverConfig::Postgres(postgres) => sql::wipe_postgres(postgres).await,
         DriverConfig::Mysql(mysql) => sql::wipe_mysql(mysql).await,
+        DriverConfig::Spanner(spanner) => spanner::wipe(spanner).await,
         DriverConfig::Etcd(_) => {
             let store = open_config(&config).await?;
             let result = store

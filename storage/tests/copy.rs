@@ -182,17 +182,25 @@ async fn history(store: &dyn Storage, from: Revision, to: Revision) -> Vec<(Even
     events
 }
 
-async fn harnesses() -> Option<(Box<dyn Harness>, Box<dyn Harness>, Box<dyn Harness>)> {
+type Harnesses = (
+    Box<dyn Harness>,
+    Box<dyn Harness>,
+    Box<dyn Harness>,
+    Box<dyn Harness>,
+);
+
+async fn harnesses() -> Option<Harnesses> {
     Some((
         testing::sqlite().await?,
         testing::postgres().await?,
         testing::mysql().await?,
+        testing::spanner().await?,
     ))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_migrates_round_the_drivers_and_keeps_its_revisions() {
-    let Some((sqlite, postgres, mysql)) = harnesses().await else {
+    let Some((sqlite, postgres, mysql, spanner)) = harnesses().await else {
         return;
     };
     let Some(etcd) = testing::own_etcd().await else {
@@ -205,6 +213,7 @@ async fn a_store_migrates_round_the_drivers_and_keeps_its_revisions() {
         postgres.open().await,
         etcd.open().await,
         mysql.open().await,
+        spanner.open().await,
         last.open().await,
     ];
     let mut source = first.clone();
@@ -214,11 +223,12 @@ async fn a_store_migrates_round_the_drivers_and_keeps_its_revisions() {
         digests.push(totals.digest);
         source = target;
     }
-    // Back on SQLite after postgres → etcd → mysql: the same store, key for key.
+    // Back on SQLite after postgres → etcd → mysql → spanner: the same store, key for key.
     check_copy(first.as_ref(), source.as_ref(), middle).await;
+    assert_eq!(digests.len(), 5);
     digests.dedup();
     assert_eq!(digests.len(), 1, "every hop has the same content");
-    for harness in [postgres, mysql] {
+    for harness in [postgres, mysql, spanner] {
         harness.cleanup().await;
     }
 }
@@ -247,7 +257,7 @@ async fn a_copy_from_etcd_keeps_its_revisions() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_restores_into_every_driver() {
-    let Some((sqlite, postgres, mysql)) = harnesses().await else {
+    let Some((sqlite, postgres, mysql, spanner)) = harnesses().await else {
         return;
     };
     let Some(etcd) = testing::own_etcd().await else {
@@ -270,6 +280,7 @@ async fn a_snapshot_restores_into_every_driver() {
         other.open().await,
         postgres.open().await,
         mysql.open().await,
+        spanner.open().await,
         etcd.open().await,
     ] {
         let file = snapshot::SnapshotFile::open(&path).unwrap();
@@ -278,7 +289,7 @@ async fn a_snapshot_restores_into_every_driver() {
             .unwrap();
         check_copy(source.as_ref(), target.as_ref(), middle).await;
     }
-    for harness in [postgres, mysql] {
+    for harness in [postgres, mysql, spanner] {
         harness.cleanup().await;
     }
 }

@@ -1,5 +1,6 @@
 //! Faults the drivers survive, judged by the linearizability checker: a PostgreSQL server
-//! stopped and started again under load.
+//! stopped and started again under load, an etcd cluster losing a member then its quorum,
+//! and a full disk under SQLite and under PostgreSQL.
 
 // Test code: a failed expectation is meant to panic.
 #![allow(clippy::unwrap_used)]
@@ -247,6 +248,16 @@ impl SmallDisk {
         None
     }
 
+    /// Hands the mounted directory to `owner` (`user:group`).
+    fn give_to(&self, owner: &str) {
+        let status = std::process::Command::new("chown")
+            .arg(owner)
+            .arg(self.dir.path())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
     /// Gives the disk `megabytes` in all.
     fn grow(&self, megabytes: u32) {
         let status = std::process::Command::new("mount")
@@ -268,7 +279,7 @@ impl Drop for SmallDisk {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_full_disk_fails_writes_clearly_keeps_the_data_and_recovers_when_freed() {
+async fn a_full_sqlite_disk_fails_writes_clearly_keeps_the_data_and_recovers_when_freed() {
     let Some(disk) = SmallDisk::mount(6) else {
         return;
     };
@@ -277,6 +288,46 @@ async fn a_full_disk_fails_writes_clearly_keeps_the_data_and_recovers_when_freed
         disk.dir.path().join("state.db").display()
     );
     let store = open(&url).await.unwrap();
+    fill_then_free(&store, &disk, 64).await;
+    store.close().await;
+}
+
+/// PostgreSQL keeps its write-ahead log on the big disk and the database in a tablespace on
+/// the small one — the usual way a data volume fills (a full WAL disk makes PostgreSQL stop
+/// itself, which the restart case covers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_postgres_disk_fails_writes_clearly_keeps_the_data_and_recovers_when_freed() {
+    let Some(postgres) = testing::own_postgres() else {
+        return;
+    };
+    // The new database is a copy of template1 (about 8 MiB) in the tablespace.
+    let Some(disk) = SmallDisk::mount(16) else {
+        return;
+    };
+    disk.give_to("postgres:postgres");
+    postgres.sql(&format!(
+        "CREATE TABLESPACE small LOCATION '{}'",
+        disk.dir.path().display()
+    ));
+    postgres.sql("CREATE DATABASE rudder TABLESPACE small");
+    let url = postgres.url();
+    let url = match url.rsplit_once('/') {
+        Some((server, _database)) => format!("{server}/rudder"),
+        None => panic!("no database in {url}"),
+    };
+    let store = open_config(&testing::config_without_compaction(&url))
+        .await
+        .unwrap();
+    fill_then_free(&store, &disk, 96).await;
+    store.close().await;
+    drop(postgres);
+}
+
+/// Fills `disk` under a recorded workload with incompressible 64 KiB values until a write
+/// fails, checks the error is clear, that reads still answer and nothing written is lost,
+/// then grows the disk to `grow_to` MiB and checks writes succeed within 5 s and the history
+/// is linearizable.
+async fn fill_then_free(store: &Arc<dyn Storage>, disk: &SmallDisk, grow_to: u32) {
     let recorder = Recorder::new();
     let mut workload = Workload::new("/disk/", 4, 1_000_000);
     workload.request_timeout = REQUEST_TIMEOUT;
@@ -286,16 +337,14 @@ async fn a_full_disk_fails_writes_clearly_keeps_the_data_and_recovers_when_freed
         let (store, workload) = (store.clone(), workload.clone());
         tokio::spawn(async move { recorder.record(&[store], &workload).await })
     };
-    // Fill the disk with 64 KiB values until a write fails.
-    let big = vec![b'x'; 64 * 1024];
     let mut written: Vec<(Vec<u8>, Revision)> = Vec::new();
     let error = loop {
         let key = format!("/fill/{:05}", written.len()).into_bytes();
-        match store.put(&key, &big, 0).await {
+        match store.put(&key, &incompressible(written.len()), 0).await {
             Ok(revision) => written.push((key, revision)),
             Err(error) => break error,
         }
-        assert!(written.len() < 1000, "the 6 MiB disk never filled");
+        assert!(written.len() < 1000, "the small disk never filled");
     };
     eprintln!("the disk filled after {} values: {error}", written.len());
     assert!(
@@ -303,21 +352,28 @@ async fn a_full_disk_fails_writes_clearly_keeps_the_data_and_recovers_when_freed
         "not a clear error: {error}"
     );
     // While it is full, writes keep failing the same way and reads still answer.
-    let again = store.put(b"/fill/more", &big, 0).await.unwrap_err();
+    let again = store
+        .put(b"/fill/more", &incompressible(usize::MAX), 0)
+        .await
+        .unwrap_err();
     assert!(again.to_string().contains("disk is full"), "{again}");
-    for (key, revision) in &written {
+    for (index, (key, revision)) in written.iter().enumerate() {
         let kv = store
             .get(key, 0)
             .await
             .unwrap()
             .expect("written before the disk filled");
-        assert_eq!((kv.mod_revision, kv.value.len()), (*revision, big.len()));
+        assert_eq!(kv.mod_revision, *revision);
+        assert!(
+            kv.value == incompressible(index),
+            "value of {key:?} changed"
+        );
     }
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    disk.grow(64);
+    disk.grow(grow_to);
     let freed = Instant::now();
     let revision = loop {
-        match store.put(b"/fill/after", &big, 0).await {
+        match store.put(b"/fill/after", &incompressible(0), 0).await {
             Ok(revision) => break revision,
             Err(error) => {
                 assert!(freed.elapsed() < Duration::from_secs(5), "{error}");
@@ -345,5 +401,18 @@ async fn a_full_disk_fails_writes_clearly_keeps_the_data_and_recovers_when_freed
         let kv = store.get(key, 0).await.unwrap().unwrap();
         assert_eq!(kv.mod_revision, *revision);
     }
-    store.close().await;
+}
+
+/// 64 KiB that no database compresses, different for each `seed`.
+fn incompressible(seed: usize) -> Vec<u8> {
+    let mut state = (seed as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..64 * 1024)
+        .map(|_| {
+            // xorshift64
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 24) as u8
+        })
+        .collect()
 }

@@ -26,6 +26,11 @@ async fn record_and_check(harness: &dyn Harness) -> Report {
     assert_not_vacuous(&history);
     let report = check(&history);
     eprintln!("{} (seed {})", report, workload.seed);
+    for op in history.operations.iter() {
+        if let Output::Unknown { error } = &op.output {
+            eprintln!("without an answer: {error}");
+        }
+    }
     for store in stores {
         store.close().await;
     }
@@ -86,6 +91,11 @@ async fn postgres_histories_are_linearizable() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mysql_histories_are_linearizable() {
     driver_is_linearizable(testing::mysql().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn spanner_histories_are_linearizable() {
+    driver_is_linearizable(testing::spanner().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -6,9 +6,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::writer::Job;
 use super::SqlStore;
-use crate::error::Error;
 
 /// Revokes expired leases (by the database's clock), a few times a second; now and then
 /// compares this process's clock with the database's and warns when they drift apart.
@@ -31,21 +29,7 @@ pub(super) async fn expire_leases(store: std::sync::Weak<SqlStore>, shutdown: Ca
                 continue;
             }
         };
-        for id in expired {
-            match store
-                .submit(|reply| Job::LeaseRevoke {
-                    id,
-                    expired_only: true,
-                    reply,
-                })
-                .await
-            {
-                Ok(()) | Err(Error::LeaseNotFound(_)) => {}
-                Err(error) => {
-                    tracing::warn!(%error, lease = id, "revoking an expired lease failed")
-                }
-            }
-        }
+        store.jobs.revoke_expired(expired).await;
     }
 }
 

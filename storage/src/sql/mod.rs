@@ -11,7 +11,6 @@ mod dialect;
 mod leases;
 mod poller;
 mod reader;
-mod restore;
 mod setup;
 mod txn;
 mod writer;
@@ -24,7 +23,7 @@ use async_trait::async_trait;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::mysql::MySqlDatabaseError;
 use sqlx::Executor;
-use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -33,15 +32,15 @@ use crate::config::{MysqlConfig, PostgresConfig, SqliteConfig, StorageConfig};
 use crate::error::{Error, Result};
 use crate::hub::Hub;
 use crate::interface::{Storage, WatchStream};
+use crate::log::front::{self, Jobs};
 use crate::types::*;
-use crate::watcher::watch_stream;
 use breaker::Breaker;
 use dialect::Dialect;
 use leases::expire_leases;
 use reader::{Clock, LogHistory, Reader};
 use setup::{ensure_database, ensure_schema, migrations_applied, probe};
 pub(crate) use setup::{wipe_mysql, wipe_postgres};
-use writer::{Job, Writer};
+use writer::Writer;
 
 /// How many recent events the hub keeps for watchers that start slightly in the past.
 const RING_EVENTS: usize = 10_000;
@@ -58,15 +57,13 @@ static MYSQL_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations
 /// A SQL-backed store (SQLite, PostgreSQL or MySQL/MariaDB).
 pub struct SqlStore {
     reader: Arc<Reader>,
-    jobs: mpsc::Sender<Job>,
+    jobs: Jobs,
     hub: Arc<Hub>,
     /// Wakes the log poller: after a local commit, or a notification from another process.
     poke: Arc<Notify>,
     shutdown: CancellationToken,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     clock: Clock,
-    /// Base rows loaded so far by [`Storage::restore`], which numbers them.
-    restored_keys: std::sync::atomic::AtomicI64,
 }
 
 /// Creates a missing database file readable by its owner only (it holds every Secret);
@@ -293,17 +290,16 @@ impl SqlStore {
         };
         let store = Arc::new(Self {
             reader: reader.clone(),
-            jobs,
+            jobs: Jobs::new(jobs),
             hub: hub.clone(),
             poke: committed.clone(),
             shutdown: shutdown.clone(),
             tasks: Mutex::new(Vec::new()),
             clock,
-            restored_keys: std::sync::atomic::AtomicI64::new(0),
         });
         store.track(tokio::spawn(writer.run()));
-        let poller = poller::Poller {
-            reader,
+        let poller = crate::log::poller::Poller {
+            source: reader,
             hub,
             poke: committed,
             interval: poll_interval,
@@ -330,19 +326,10 @@ impl SqlStore {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .push(task);
     }
-
-    async fn submit<T>(&self, make: impl FnOnce(oneshot::Sender<Result<T>>) -> Job) -> Result<T> {
-        let (reply, response) = oneshot::channel();
-        self.jobs
-            .send(make(reply))
-            .await
-            .map_err(|_| Error::Closed)?;
-        response.await.map_err(|_| Error::Closed)?
-    }
 }
 
 /// Refuses what the SQL drivers cannot or will not store, before it reaches the writer.
-fn check_txn_limits(request: &TxnRequest) -> Result<()> {
+pub(crate) fn check_txn_limits(request: &TxnRequest) -> Result<()> {
     fn visit(ops: &[TxnOp], bytes: &mut usize) -> Result<()> {
         for op in ops {
             match op {
@@ -384,92 +371,49 @@ impl Storage for SqlStore {
     }
 
     async fn txn(&self, request: TxnRequest) -> Result<TxnResponse> {
-        check_txn_limits(&request)?;
-        self.submit(|reply| Job::Txn { request, reply }).await
+        self.jobs.txn(request).await
     }
 
     async fn watch(&self, request: WatchRequest) -> Result<WatchStream> {
         let meta = self.reader.meta().await?;
-        let from = if request.start_revision <= 0 {
-            meta.revision + 1
-        } else {
-            request.start_revision
-        };
-        if from < meta.compact_revision {
-            return Err(Error::Compacted {
-                requested: from,
-                compacted: meta.compact_revision,
-            });
-        }
         let history = Arc::new(LogHistory(self.reader.clone()));
-        Ok(watch_stream(self.hub.clone(), history, request, from))
+        front::watch(
+            self.hub.clone(),
+            history,
+            request,
+            meta.revision,
+            meta.compact_revision,
+        )
     }
 
     async fn compact(&self, revision: Revision) -> Result<()> {
-        self.submit(|reply| Job::Compact { revision, reply }).await
+        self.jobs.compact(revision).await
     }
 
     async fn restore(&self, step: RestoreStep) -> Result<()> {
-        let first_sub = match &step {
-            RestoreStep::Keys(kvs) => self
-                .restored_keys
-                .fetch_add(kvs.len() as i64, std::sync::atomic::Ordering::Relaxed),
-            _ => 0,
-        };
-        self.submit(|reply| Job::Restore {
-            step,
-            first_sub,
-            reply,
-        })
-        .await
+        self.jobs.restore(step).await
     }
 
     async fn lease_grant(&self, ttl: i64, id: LeaseId) -> Result<Lease> {
-        if ttl <= 0 {
-            return Err(Error::InvalidArgument(format!(
-                "lease TTL must be positive, got {ttl}"
-            )));
-        }
-        let id = (id != 0).then_some(id);
-        self.submit(|reply| Job::LeaseGrant { id, ttl, reply })
-            .await
+        self.jobs.lease_grant(ttl, id).await
     }
 
     async fn lease_keep_alive(&self, id: LeaseId) -> Result<i64> {
-        self.submit(|reply| Job::LeaseKeepAlive { id, reply }).await
+        self.jobs.lease_keep_alive(id).await
     }
 
     async fn lease_revoke(&self, id: LeaseId) -> Result<()> {
-        self.submit(|reply| Job::LeaseRevoke {
-            id,
-            expired_only: false,
-            reply,
-        })
-        .await
+        self.jobs.lease_revoke(id, false).await
     }
 
     async fn lease_time_to_live(&self, id: LeaseId, keys: bool) -> Result<LeaseInfo> {
-        let Some(reader::LeaseRow {
-            ttl: granted_ttl,
-            remaining_ms,
-        }) = self.reader.lease(id).await?
-        else {
-            return Err(Error::LeaseNotFound(id));
-        };
-        if remaining_ms <= 0 {
-            return Err(Error::LeaseNotFound(id));
-        }
+        let lease = front::live_lease(id, self.reader.lease(id).await?)?;
         let keys = if keys {
             self.reader.lease_keys(id).await?
         } else {
             Vec::new()
         };
-        Ok(LeaseInfo {
-            id,
-            ttl: (remaining_ms + 999) / 1000,
-            granted_ttl,
-            keys,
-        })
+        Ok(front::lease_info(id, lease, keys))
     }
 
     async fn lease_list(&self) -> Result<Vec<LeaseId>> {

@@ -14,6 +14,7 @@ use super::dialect::Dialect;
 use super::translate;
 use crate::error::{Error, Result};
 use crate::hub::Committed;
+use crate::log::{group_by_revision, LatestRow, LeaseRow};
 use crate::types::*;
 use crate::watcher::History;
 
@@ -37,13 +38,6 @@ impl Meta {
         }
         Ok(())
     }
-}
-
-/// The latest row of a key, tombstone or not.
-#[derive(Clone, Debug)]
-pub(crate) struct LatestRow {
-    pub kv: KeyValue,
-    pub deleted: bool,
 }
 
 /// This process's wall clock (which tests may set ahead to simulate clock skew between servers).
@@ -75,15 +69,6 @@ pub(crate) async fn read_meta(conn: &mut AnyConnection, sql: &'static str) -> Re
         compact_revision: row.try_get(1).map_err(translate)?,
         purged_revision: row.try_get(2).map_err(translate)?,
     })
-}
-
-/// A lease as its row says, timed by the database's clock.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct LeaseRow {
-    /// The TTL granted, in seconds.
-    pub ttl: i64,
-    /// Milliseconds until it expires (zero or less: expired).
-    pub remaining_ms: i64,
 }
 
 /// A lease's row, on `conn`.
@@ -228,7 +213,7 @@ pub(crate) async fn events_between(
         .bind(end),
     };
     let rows = query.fetch_all(&mut *conn).await.map_err(translate)?;
-    let mut grouped: Vec<(Revision, Vec<Event>)> = Vec::new();
+    let mut events = Vec::with_capacity(rows.len());
     for row in rows {
         let revision: i64 = row.try_get(0).map_err(translate)?;
         let key: Vec<u8> = row.try_get(1).map_err(translate)?;
@@ -247,19 +232,17 @@ pub(crate) async fn events_between(
             }),
             _ => None,
         };
-        let event = if deleted != 0 {
-            Event {
-                kind: EventKind::Delete,
+        let written = if deleted != 0 {
+            LatestRow {
                 kv: KeyValue {
                     key,
                     mod_revision: revision,
                     ..KeyValue::default()
                 },
-                prev_kv,
+                deleted: true,
             }
         } else {
-            Event {
-                kind: EventKind::Put,
+            LatestRow {
                 kv: KeyValue {
                     key,
                     value: row.try_get(2).map_err(translate)?,
@@ -268,18 +251,12 @@ pub(crate) async fn events_between(
                     version: row.try_get(4).map_err(translate)?,
                     lease: row.try_get(5).map_err(translate)?,
                 },
-                prev_kv,
+                deleted: false,
             }
         };
-        match grouped.last_mut() {
-            Some((last, events)) if *last == revision => events.push(event),
-            _ => grouped.push((revision, vec![event])),
-        }
+        events.push(written.into_event(prev_kv));
     }
-    Ok(grouped
-        .into_iter()
-        .map(|(revision, events)| Committed::new(revision, events))
-        .collect())
+    Ok(group_by_revision(events))
 }
 
 /// Reads through the read pool.

@@ -7,18 +7,20 @@
 //! transactions costs a handful of statements, not several per transaction. Pending rows are
 //! flushed with multi-row inserts before any range query and before commit.
 //!
-//! All writes of one etcd transaction share one new revision, numbered by `sub`; as in etcd,
-//! every compare of a transaction (nested ones included) sees the state before its writes,
-//! while its range reads see its own earlier writes.
+//! The transaction semantics themselves live in [`crate::log::txn`], shared with the Spanner
+//! driver; this module is how the SQL engine reads and writes the log for them.
 
 use std::collections::HashMap;
 
 use sqlx::{AnyConnection, Row};
 
 use super::dialect::{insert_rows, latest_rows, link_rows, Dialect};
-use super::reader::{range_at, read_lease, LatestRow, LeaseRow};
+use async_trait::async_trait;
+
+use super::reader::{range_at, read_lease};
 use super::translate;
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::log::{LatestRow, LeaseRow, LogRow, LogState};
 use crate::types::*;
 
 /// Keys per prefetch query; rows per insert statement.
@@ -28,22 +30,6 @@ const ROWS_PER_INSERT: usize = 100;
 /// `max_allowed_packet` (16 MiB by default on MariaDB) however large the batch's values; a
 /// single row can hold at most `MAX_TXN_BYTES` (1.5 MiB), so any row fits.
 const BYTES_PER_INSERT: usize = 4 * 1024 * 1024;
-
-/// A log row to write.
-#[derive(Clone, Debug)]
-pub(super) struct LogRow {
-    pub(super) revision: Revision,
-    pub(super) sub: i64,
-    pub(super) key: Vec<u8>,
-    pub(super) value: Vec<u8>,
-    pub(super) create_revision: Revision,
-    pub(super) prev_revision: Revision,
-    pub(super) version: i64,
-    pub(super) lease: LeaseId,
-    pub(super) deleted: bool,
-    /// The revision of the key's next row, when that row is in the same batch.
-    pub(super) next_revision: Revision,
-}
 
 /// Splits rows into insert statements of at most `ROWS_PER_INSERT` rows and, past the first
 /// row, `BYTES_PER_INSERT` bytes of keys and values.
@@ -124,7 +110,7 @@ impl<'c> Batch<'c> {
     }
 
     /// The latest row of `key`, tombstone or not.
-    pub(super) async fn latest(&mut self, key: &[u8]) -> Result<Option<LatestRow>> {
+    pub async fn latest(&mut self, key: &[u8]) -> Result<Option<LatestRow>> {
         if let Some(cached) = self.cache.get(key) {
             return Ok(cached.clone());
         }
@@ -139,15 +125,7 @@ impl<'c> Batch<'c> {
         Ok(latest)
     }
 
-    async fn live(&mut self, key: &[u8]) -> Result<Option<KeyValue>> {
-        Ok(self
-            .latest(key)
-            .await?
-            .filter(|row| !row.deleted)
-            .map(|row| row.kv))
-    }
-
-    pub(super) fn write(&mut self, row: LogRow) {
+    pub fn write(&mut self, row: LogRow) {
         // The row this one supersedes stops being its key's latest.
         if row.prev_revision != 0 {
             let previous =
@@ -161,18 +139,8 @@ impl<'c> Batch<'c> {
                     .push((row.key.clone(), row.prev_revision, row.revision)),
             }
         }
-        let latest = LatestRow {
-            kv: KeyValue {
-                key: row.key.clone(),
-                value: row.value.clone(),
-                create_revision: row.create_revision,
-                mod_revision: row.revision,
-                version: row.version,
-                lease: row.lease,
-            },
-            deleted: row.deleted,
-        };
-        self.cache.insert(row.key.clone(), Some(latest));
+        self.cache
+            .insert(row.key.clone(), Some(LatestRow::of(&row)));
         self.pending.push(row);
     }
 
@@ -217,7 +185,7 @@ impl<'c> Batch<'c> {
     }
 
     /// A range query on the database, which first receives pending rows.
-    async fn range_now(
+    pub async fn range_now(
         &mut self,
         request: &RangeRequest,
         revision: Revision,
@@ -226,41 +194,19 @@ impl<'c> Batch<'c> {
         range_at(self.conn, self.dialect, request, revision).await
     }
 
-    pub async fn lease_exists(&mut self, lease: LeaseId) -> Result<bool> {
-        Ok(self
-            .lease(lease)
-            .await?
-            .is_some_and(|lease| lease.remaining_ms > 0))
+    /// Runs one of the dialect's lease statements (`id`, then `ttl` when given).
+    async fn execute_lease(&mut self, sql: &str, id: LeaseId, ttl: Option<i64>) -> Result<()> {
+        let mut query = sqlx::query(sql).bind(id);
+        if let Some(ttl) = ttl {
+            query = query.bind(ttl);
+        }
+        query.execute(&mut *self.conn).await.map_err(translate)?;
+        Ok(())
     }
 
     /// A lease's row, by the database's clock.
     pub async fn lease(&mut self, id: LeaseId) -> Result<Option<LeaseRow>> {
         read_lease(self.conn, self.dialect, id).await
-    }
-
-    /// Runs `request` as the next revision's transaction. Only a `protected` transaction (run
-    /// inside a savepoint, with nothing pending before it) may fail after writing; any other
-    /// such failure fails the whole batch, so nothing half-done is ever committed.
-    pub async fn txn(&mut self, request: &TxnRequest, protected: bool) -> Result<TxnResponse> {
-        let mut context = TxnContext {
-            batch: self,
-            sub: 0,
-        };
-        let result = context.execute(request).await;
-        let wrote = context.sub > 0;
-        match result {
-            Ok(response) => {
-                if wrote {
-                    self.revision += 1;
-                }
-                Ok(response)
-            }
-            Err(error) if wrote && !protected => Err(Error::Backend {
-                message: format!("transaction failed after writing part of itself: {error}"),
-                source: None,
-            }),
-            Err(error) => Err(error),
-        }
     }
 
     /// Deletes every live key attached to `lease` as the next revision, in two set-based
@@ -306,6 +252,55 @@ impl<'c> Batch<'c> {
     }
 }
 
+#[async_trait]
+impl LogState for Batch<'_> {
+    fn revision(&self) -> Revision {
+        self.revision
+    }
+    fn set_revision(&mut self, revision: Revision) {
+        self.revision = revision;
+    }
+    fn compact_revision(&self) -> Revision {
+        self.compact_revision
+    }
+    fn set_compact_revision(&mut self, revision: Revision) {
+        self.compact_revision = revision;
+    }
+    async fn prefetch(&mut self, keys: Vec<Vec<u8>>) -> Result<()> {
+        Batch::prefetch(self, keys).await
+    }
+    async fn latest(&mut self, key: &[u8]) -> Result<Option<LatestRow>> {
+        Batch::latest(self, key).await
+    }
+    fn write(&mut self, row: LogRow) {
+        Batch::write(self, row)
+    }
+    async fn range_now(
+        &mut self,
+        request: &RangeRequest,
+        revision: Revision,
+    ) -> Result<RangeResponse> {
+        Batch::range_now(self, request, revision).await
+    }
+    async fn lease(&mut self, id: LeaseId) -> Result<Option<LeaseRow>> {
+        Batch::lease(self, id).await
+    }
+    async fn insert_lease(&mut self, id: LeaseId, ttl: i64) -> Result<()> {
+        self.execute_lease(self.dialect.insert_lease, id, Some(ttl))
+            .await
+    }
+    async fn renew_lease(&mut self, id: LeaseId) -> Result<()> {
+        self.execute_lease(self.dialect.renew_lease, id, None).await
+    }
+    async fn delete_lease(&mut self, id: LeaseId) -> Result<()> {
+        self.execute_lease(self.dialect.delete_lease, id, None)
+            .await
+    }
+    async fn revoke_keys(&mut self, lease: LeaseId) -> Result<()> {
+        Batch::revoke_keys(self, lease).await
+    }
+}
+
 fn latest_from_row(row: &sqlx::any::AnyRow) -> Result<LatestRow> {
     let deleted: i64 = row.try_get(6).map_err(translate)?;
     Ok(LatestRow {
@@ -319,299 +314,6 @@ fn latest_from_row(row: &sqlx::any::AnyRow) -> Result<LatestRow> {
         },
         deleted: deleted != 0,
     })
-}
-
-/// One etcd transaction being applied within a batch.
-struct TxnContext<'b, 'c> {
-    batch: &'b mut Batch<'c>,
-    /// Rows written so far at this transaction's revision.
-    sub: i64,
-}
-
-impl TxnContext<'_, '_> {
-    /// The revision this transaction writes at.
-    fn revision(&self) -> Revision {
-        self.batch.revision + 1
-    }
-
-    /// The store's revision once this transaction commits.
-    fn resulting_revision(&self) -> Revision {
-        if self.sub > 0 {
-            self.revision()
-        } else {
-            self.batch.revision
-        }
-    }
-
-    async fn execute(&mut self, request: &TxnRequest) -> Result<TxnResponse> {
-        let mut path = Vec::new();
-        self.plan(request, &mut path).await?;
-        let mut path = path.into_iter();
-        self.run(request, &mut path).await
-    }
-
-    /// Evaluates the compares along the branches that will run, in pre-order, before any write.
-    async fn plan(&mut self, request: &TxnRequest, path: &mut Vec<bool>) -> Result<()> {
-        let mut succeeded = true;
-        for compare in &request.compare {
-            if !self.holds(compare).await? {
-                succeeded = false;
-                break;
-            }
-        }
-        path.push(succeeded);
-        let branch = if succeeded {
-            &request.success
-        } else {
-            &request.failure
-        };
-        for op in branch {
-            if let TxnOp::Txn(nested) = op {
-                Box::pin(self.plan(nested, path)).await?;
-            }
-        }
-        Ok(())
-    }
-
-    async fn run(
-        &mut self,
-        request: &TxnRequest,
-        path: &mut std::vec::IntoIter<bool>,
-    ) -> Result<TxnResponse> {
-        let succeeded = path.next().ok_or_else(|| Error::Backend {
-            message: "transaction plan is shorter than the transaction".into(),
-            source: None,
-        })?;
-        let branch = if succeeded {
-            &request.success
-        } else {
-            &request.failure
-        };
-        let mut responses = Vec::with_capacity(branch.len());
-        for op in branch {
-            let response = match op {
-                TxnOp::Range(range) => TxnOpResponse::Range(self.range(range).await?),
-                TxnOp::Put(put) => TxnOpResponse::Put(self.put(put).await?),
-                TxnOp::DeleteRange(delete) => {
-                    TxnOpResponse::DeleteRange(self.delete_range(delete).await?)
-                }
-                TxnOp::Txn(nested) => TxnOpResponse::Txn(Box::pin(self.run(nested, path)).await?),
-            };
-            responses.push(response);
-        }
-        Ok(TxnResponse {
-            succeeded,
-            responses,
-            revision: self.resulting_revision(),
-        })
-    }
-
-    async fn holds(&mut self, compare: &Compare) -> Result<bool> {
-        let kvs = if compare.range.is_single_key() {
-            self.batch
-                .live(&compare.range.start)
-                .await?
-                .into_iter()
-                .collect()
-        } else {
-            let revision = self.revision();
-            self.batch
-                .range_now(&RangeRequest::new(compare.range.clone()), revision)
-                .await?
-                .kvs
-        };
-        if kvs.is_empty() {
-            return Ok(match compare.target {
-                CompareTarget::Value(_) => false,
-                _ => compare_kv(compare, &KeyValue::default()),
-            });
-        }
-        Ok(kvs.iter().all(|kv| compare_kv(compare, kv)))
-    }
-
-    async fn range(&mut self, request: &RangeRequest) -> Result<RangeResponse> {
-        let current = self.batch.revision;
-        let revision = if request.revision <= 0 {
-            self.revision()
-        } else if request.revision > current {
-            return Err(Error::FutureRevision {
-                requested: request.revision,
-                current,
-            });
-        } else if request.revision < self.batch.compact_revision {
-            return Err(Error::Compacted {
-                requested: request.revision,
-                compacted: self.batch.compact_revision,
-            });
-        } else {
-            request.revision
-        };
-        let mut response =
-            if request.range.is_single_key() && request.revision <= 0 && !request.count_only {
-                // The common "get on failure" read: straight from the cache.
-                let kvs: Vec<KeyValue> = self
-                    .batch
-                    .live(&request.range.start)
-                    .await?
-                    .into_iter()
-                    .map(|mut kv| {
-                        if request.keys_only {
-                            kv.value.clear();
-                        }
-                        kv
-                    })
-                    .collect();
-                let count = kvs.len() as i64;
-                RangeResponse {
-                    kvs,
-                    more: false,
-                    count,
-                    revision,
-                }
-            } else {
-                self.batch.range_now(request, revision).await?
-            };
-        response.revision = self.resulting_revision();
-        Ok(response)
-    }
-
-    async fn put(&mut self, request: &PutRequest) -> Result<PutResponse> {
-        let latest = self.batch.latest(&request.key).await?;
-        let live = latest
-            .as_ref()
-            .filter(|row| !row.deleted)
-            .map(|row| row.kv.clone());
-        if (request.ignore_value || request.ignore_lease) && live.is_none() {
-            return Err(Error::KeyNotFound);
-        }
-        let value = match (&live, request.ignore_value) {
-            (Some(current), true) => current.value.clone(),
-            _ => request.value.clone(),
-        };
-        let lease = match (&live, request.ignore_lease) {
-            (Some(current), true) => current.lease,
-            _ => request.lease,
-        };
-        if lease != 0 && !self.batch.lease_exists(lease).await? {
-            return Err(Error::LeaseNotFound(lease));
-        }
-        let revision = self.revision();
-        let (create_revision, version) = match &live {
-            Some(current) => (current.create_revision, current.version + 1),
-            None => (revision, 1),
-        };
-        let row = LogRow {
-            revision,
-            sub: self.sub,
-            key: request.key.clone(),
-            value,
-            create_revision,
-            prev_revision: latest.as_ref().map_or(0, |row| row.kv.mod_revision),
-            version,
-            lease,
-            deleted: false,
-            next_revision: 0,
-        };
-        self.sub += 1;
-        self.batch.write(row);
-        Ok(PutResponse {
-            prev_kv: if request.prev_kv { live } else { None },
-        })
-    }
-
-    async fn delete_range(&mut self, request: &DeleteRangeRequest) -> Result<DeleteRangeResponse> {
-        let kvs = if request.range.is_single_key() {
-            self.batch
-                .live(&request.range.start)
-                .await?
-                .into_iter()
-                .collect()
-        } else {
-            let revision = self.revision();
-            self.batch
-                .range_now(&RangeRequest::new(request.range.clone()), revision)
-                .await?
-                .kvs
-        };
-        for kv in &kvs {
-            self.tombstone(kv);
-        }
-        Ok(DeleteRangeResponse {
-            deleted: kvs.len() as i64,
-            prev_kvs: if request.prev_kv { kvs } else { Vec::new() },
-        })
-    }
-
-    fn tombstone(&mut self, current: &KeyValue) {
-        let row = LogRow {
-            revision: self.revision(),
-            sub: self.sub,
-            key: current.key.clone(),
-            value: Vec::new(),
-            create_revision: 0,
-            prev_revision: current.mod_revision,
-            version: 0,
-            lease: 0,
-            deleted: true,
-            next_revision: 0,
-        };
-        self.sub += 1;
-        self.batch.write(row);
-    }
-}
-
-/// The single keys a transaction may read or write, for [`Batch::prefetch`].
-pub(crate) fn keys_of(request: &TxnRequest, keys: &mut Vec<Vec<u8>>) {
-    for compare in &request.compare {
-        if compare.range.is_single_key() {
-            keys.push(compare.range.start.clone());
-        }
-    }
-    for op in request.success.iter().chain(&request.failure) {
-        match op {
-            TxnOp::Put(put) => keys.push(put.key.clone()),
-            TxnOp::DeleteRange(delete) if delete.range.is_single_key() => {
-                keys.push(delete.range.start.clone())
-            }
-            TxnOp::Range(range) if range.range.is_single_key() => {
-                keys.push(range.range.start.clone())
-            }
-            TxnOp::Txn(nested) => keys_of(nested, keys),
-            _ => {}
-        }
-    }
-}
-
-/// Whether a transaction can fail after writing part of itself (and so needs a savepoint).
-pub(crate) fn may_fail_midway(request: &TxnRequest) -> bool {
-    request
-        .success
-        .iter()
-        .chain(&request.failure)
-        .any(|op| match op {
-            TxnOp::Put(put) => put.lease != 0 || put.ignore_value || put.ignore_lease,
-            TxnOp::Range(range) => range.revision > 0,
-            TxnOp::Txn(nested) => may_fail_midway(nested),
-            TxnOp::DeleteRange(_) => false,
-        })
-}
-
-/// etcd's compare semantics for one kv.
-pub(crate) fn compare_kv(compare: &Compare, kv: &KeyValue) -> bool {
-    use std::cmp::Ordering;
-    let ordering = match &compare.target {
-        CompareTarget::Version(version) => kv.version.cmp(version),
-        CompareTarget::CreateRevision(revision) => kv.create_revision.cmp(revision),
-        CompareTarget::ModRevision(revision) => kv.mod_revision.cmp(revision),
-        CompareTarget::Lease(lease) => kv.lease.cmp(lease),
-        CompareTarget::Value(value) => kv.value.as_slice().cmp(value.as_slice()),
-    };
-    match compare.op {
-        CompareOp::Equal => ordering == Ordering::Equal,
-        CompareOp::NotEqual => ordering != Ordering::Equal,
-        CompareOp::Greater => ordering == Ordering::Greater,
-        CompareOp::Less => ordering == Ordering::Less,
-    }
 }
 
 #[cfg(test)]

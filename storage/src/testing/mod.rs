@@ -4,6 +4,8 @@
 //! - PostgreSQL: a new schema in the database named by `RUDDER_TEST_POSTGRES_URL`;
 //! - MySQL/MariaDB: a new database (the driver creates it) on the server named by
 //!   `RUDDER_TEST_MYSQL_URL`, dropped by `cleanup`;
+//! - Cloud Spanner: a new database on the emulator at `RUDDER_TEST_SPANNER_EMULATOR` (the
+//!   driver creates the instance and the database), dropped by `cleanup`;
 //! - etcd: a new key prefix on the etcd at `RUDDER_TEST_ETCD_ENDPOINT`. etcd's revision and
 //!   compaction are global, so etcd cases take a process-wide lock and run one at a time.
 //!
@@ -28,6 +30,9 @@ pub const POSTGRES_ENV: &str = "RUDDER_TEST_POSTGRES_URL";
 /// the test user may connect to, e.g. `mysql://root@127.0.0.1:3306/test`; cases create
 /// databases of their own beside it).
 pub const MYSQL_ENV: &str = "RUDDER_TEST_MYSQL_URL";
+/// The environment variable naming the Cloud Spanner emulator (`host:port`, e.g.
+/// `127.0.0.1:9010`) for tests.
+pub const SPANNER_ENV: &str = "RUDDER_TEST_SPANNER_EMULATOR";
 /// The environment variable naming the etcd endpoint (`host:port`) for tests.
 pub const ETCD_ENV: &str = "RUDDER_TEST_ETCD_ENDPOINT";
 
@@ -253,6 +258,38 @@ pub async fn mysql() -> Option<Box<dyn Harness>> {
     let config = StorageConfig::parse(&harness.url()).expect("mysql URL");
     assert!(matches!(config.driver, DriverConfig::Mysql(_)));
     Some(Box::new(harness))
+}
+
+/// A database of its own on the test Spanner emulator.
+pub struct SpannerHarness {
+    emulator: String,
+    database: String,
+}
+
+#[async_trait]
+impl Harness for SpannerHarness {
+    fn driver(&self) -> &'static str {
+        "spanner"
+    }
+    fn url(&self) -> String {
+        format!(
+            "spanner://projects/rudder-test/instances/rudder/databases/{}?emulator_host={}&poll_interval=20ms",
+            self.database, self.emulator
+        )
+    }
+    async fn cleanup(&self) {
+        if let Err(error) = crate::wipe(&self.url()).await {
+            eprintln!("could not drop test database {}: {error}", self.database);
+        }
+    }
+}
+
+/// A fresh Spanner harness, or `None` when no test emulator is configured.
+pub async fn spanner() -> Option<Box<dyn Harness>> {
+    let emulator = service(SPANNER_ENV)?;
+    // Database ids: 2 to 30 characters, a lowercase letter first.
+    let database = format!("t{:016x}", rand::random::<u64>());
+    Some(Box::new(SpannerHarness { emulator, database }))
 }
 
 /// A key prefix of its own on the test etcd; holds the etcd lock for the case's lifetime.

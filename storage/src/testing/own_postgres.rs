@@ -48,6 +48,29 @@ impl OwnPostgres {
         );
     }
 
+    /// Runs one SQL statement as `postgres` through `psql`; panics with its error when it fails.
+    pub fn sql(&self, statement: &str) {
+        let output = as_postgres(&self.bin.join("psql"))
+            .arg("-h")
+            .arg(self.dir.path())
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+            ])
+            .args(["-v", "ON_ERROR_STOP=1", "-c", statement])
+            .output()
+            .expect("psql runs");
+        assert!(
+            output.status.success(),
+            "{statement}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
     /// Stops the server (`pg_ctl stop -m fast`: open transactions are rolled back).
     pub fn stop(&self) {
         self.pg_ctl(&["stop", "-w", "-m", "fast"]);

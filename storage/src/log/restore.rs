@@ -1,20 +1,17 @@
-//! Loading a copy of another store ([`RestoreStep`]) inside the writer's transaction: rows go
+//! Loading a copy of another store ([`RestoreStep`]) inside a log driver's write transaction: rows go
 //! into the log exactly as the source had them (revisions, version, lease), and the meta row
 //! jumps to the copy's revision — the log needs no row at every revision, since the watch
 //! poller follows the meta row's counter, not the rows. Rows keep the lease ids the source
 //! wrote, as the source's own rows do after a lease is gone.
 
-use super::dialect::Dialect;
-use super::translate;
-use super::txn::{Batch, LogRow};
+use super::{LogRow, LogState};
 use crate::error::{Error, Result};
 use crate::types::*;
 
 /// Applies one step. `first_sub` numbers base rows uniquely across `Keys` steps (several keys
 /// share a revision when one transaction wrote them, and their pages come apart).
-pub(super) async fn apply(
-    state: &mut Batch<'_>,
-    dialect: &'static Dialect,
+pub(crate) async fn apply(
+    state: &mut dyn LogState,
     step: &RestoreStep,
     first_sub: i64,
 ) -> Result<()> {
@@ -24,12 +21,7 @@ pub(super) async fn apply(
                 if state.lease(lease.id).await?.is_some() {
                     return Err(Error::LeaseAlreadyExists(lease.id));
                 }
-                sqlx::query(dialect.insert_lease)
-                    .bind(lease.id)
-                    .bind(lease.ttl)
-                    .execute(&mut *state.conn)
-                    .await
-                    .map_err(translate)?;
+                state.insert_lease(lease.id, lease.ttl).await?;
             }
         }
         RestoreStep::Keys(kvs) => {
@@ -76,26 +68,31 @@ pub(super) async fn apply(
             revision,
             compacted,
         } => {
-            if *revision < state.revision || *compacted > *revision {
+            if *revision < state.revision() || *compacted > *revision {
                 return Err(Error::InvalidArgument(format!(
                     "the copy ends at revision {revision} (compacted {compacted}), \
                      before the target's {}",
-                    state.revision
+                    state.revision()
                 )));
             }
-            state.revision = *revision;
-            state.compact_revision = (*compacted).max(state.compact_revision);
+            state.set_revision(*revision);
+            let compacted = (*compacted).max(state.compact_revision());
+            state.set_compact_revision(compacted);
         }
     }
     Ok(())
 }
 
 /// Writes one revision of the history; its keys' latest rows are in the cache.
-async fn apply_revision(state: &mut Batch<'_>, revision: Revision, events: &[Event]) -> Result<()> {
-    if revision <= state.revision {
+async fn apply_revision(
+    state: &mut dyn LogState,
+    revision: Revision,
+    events: &[Event],
+) -> Result<()> {
+    if revision <= state.revision() {
         return Err(Error::InvalidArgument(format!(
             "revision {revision} of the copy is not after the target's {}",
-            state.revision
+            state.revision()
         )));
     }
     for (sub, event) in events.iter().enumerate() {
@@ -140,6 +137,6 @@ async fn apply_revision(state: &mut Batch<'_>, revision: Revision, events: &[Eve
         };
         state.write(row);
     }
-    state.revision = revision;
+    state.set_revision(revision);
     Ok(())
 }
