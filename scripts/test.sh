@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs Rudder's whole test suite. On a fresh machine it installs the system packages the tests
-# need, starts a throw-away etcd and finds (or starts) a PostgreSQL and a MariaDB, runs every test against
-# them, and stops what it started. Extra arguments go to `cargo test`.
+# need, starts a throw-away etcd and Cloud Spanner emulator, finds (or starts) a PostgreSQL and a
+# MariaDB, runs every test against them, and stops what it started. Extra arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -23,6 +23,7 @@ scripts/containerd.sh stop "$containerd_dir-2"
 rudder_start_etcd
 rudder_start_postgres
 rudder_start_mysql
+rudder_start_spanner
 # The node agent's tests (tests/tests/kubelet.rs) run real pods on a containerd of their own.
 export RUDDER_TEST_CONTAINERD
 RUDDER_TEST_CONTAINERD=$(scripts/containerd.sh start "$containerd_dir" 10.244.77.0/24)
@@ -33,6 +34,7 @@ RUDDER_TEST_CONTAINERD_2=$(scripts/containerd.sh start "$containerd_dir-2" 10.24
 export RUDDER_TEST_ETCD_ENDPOINT="$RUDDER_ETCD_ENDPOINT"
 export RUDDER_TEST_POSTGRES_URL="$RUDDER_POSTGRES_URL"
 export RUDDER_TEST_MYSQL_URL="$RUDDER_MYSQL_URL"
+export RUDDER_TEST_SPANNER_EMULATOR="$RUDDER_SPANNER_EMULATOR"
 echo "==> cargo test --workspace (target dir $CARGO_TARGET_DIR)"
 log=$(mktemp /tmp/rudder-test-log.XXXXXX)
 set +e

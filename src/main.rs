@@ -86,8 +86,8 @@ enum Command {
 enum StorageCommand {
     /// Open a store, apply its migrations and print its status.
     Check {
-        /// sqlite://PATH, postgres://USER@HOST:PORT/DB, mysql://USER@HOST:PORT/DB or
-        /// etcd://HOST:PORT[,HOST:PORT…]
+        /// sqlite://PATH, postgres://USER@HOST:PORT/DB, mysql://USER@HOST:PORT/DB,
+        /// spanner://projects/P/instances/I/databases/D or etcd://HOST:PORT[,HOST:PORT…]
         #[arg(long, env = "RUDDER_STORAGE")]
         storage: String,
     },
@@ -198,7 +198,7 @@ fn main() -> ExitCode {
             Command::Token { command } => token::run(command).await,
             Command::Version => {
                 println!("rudder {}", env!("CARGO_PKG_VERSION"));
-                println!("storage drivers: sqlite, postgres, mysql, etcd");
+                println!("storage drivers: sqlite, postgres, mysql, spanner, etcd");
                 Ok(())
             }
             Command::Storage {

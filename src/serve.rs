@@ -19,8 +19,8 @@ pub(crate) fn parse_interval(text: &str) -> Result<std::time::Duration, String> 
 
 #[derive(clap::Args)]
 pub struct ServerArgs {
-    /// Storage URL: sqlite://PATH, postgres://USER@HOST:PORT/DB, mysql://USER@HOST:PORT/DB or
-    /// etcd://HOST:PORT[,…]
+    /// Storage URL: sqlite://PATH, postgres://USER@HOST:PORT/DB, mysql://USER@HOST:PORT/DB,
+    /// spanner://projects/P/instances/I/databases/D or etcd://HOST:PORT[,…]
     /// (default: SQLite in the data dir).
     #[arg(long, env = "RUDDER_STORAGE")]
     storage: Option<String>,

@@ -16,7 +16,7 @@ use rudder_storage::{Storage, StorageConfig};
 
 #[derive(clap::Args)]
 pub struct MigrateArgs {
-    /// The store to copy: sqlite://PATH, postgres://…, mysql://… or etcd://HOST:PORT
+    /// The store to copy: sqlite://PATH, postgres://…, mysql://…, spanner://… or etcd://HOST:PORT
     #[arg(long)]
     from: String,
     /// The store to copy into; it must be empty (a new etcd, for etcd) unless --force.

@@ -17,8 +17,8 @@ use serde_json::{json, Value};
 pub struct GetArgs {
     /// A key (`/registry/secrets/default/db`), or a prefix ending in `/` for every key under it.
     key: String,
-    /// sqlite://PATH, postgres://USER@HOST:PORT/DB, mysql://USER@HOST:PORT/DB or
-    /// etcd://HOST:PORT[,HOST:PORT…]
+    /// sqlite://PATH, postgres://USER@HOST:PORT/DB, mysql://USER@HOST:PORT/DB,
+    /// spanner://projects/P/instances/I/databases/D or etcd://HOST:PORT[,HOST:PORT…]
     #[arg(long, env = "RUDDER_STORAGE")]
     storage: String,
     /// Output: `yaml` (each object after a `# key` comment) or `json` (the object; an array

@@ -12,7 +12,7 @@ use rudder_storage::{DeleteRangeRequest, KeyRange, Storage, TxnOp, TxnRequest};
 
 #[derive(clap::Args)]
 pub struct CheckHistoryArgs {
-    /// The store: sqlite://PATH, postgres://…, mysql://… or etcd://HOST:PORT (Rudder's etcd
+    /// The store: sqlite://PATH, postgres://…, mysql://…, spanner://… or etcd://HOST:PORT (Rudder's etcd
     /// gateway included).
     #[arg(long, env = "RUDDER_STORAGE")]
     storage: String,

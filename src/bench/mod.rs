@@ -37,7 +37,7 @@ use workloads::{Params, Workload};
 #[derive(clap::Args)]
 pub struct StorageBenchArgs {
     /// Subjects to measure, comma-separated: sqlite, sqlite-normal, postgres, postgres-pair,
-    /// mysql, mysql-pair, etcd (the reference), gateway-<driver>.
+    /// mysql, mysql-pair, spanner, spanner-pair, etcd (the reference), gateway-<driver>.
     #[arg(long, default_value = "sqlite,postgres,etcd", value_delimiter = ',')]
     subjects: Vec<String>,
     /// Workloads to run, comma-separated, in this order.
@@ -70,6 +70,14 @@ pub struct StorageBenchArgs {
         default_value = "mysql://root@127.0.0.1:3306/test"
     )]
     mysql_url: String,
+    /// Cloud Spanner emulator (`host:port`) for the spanner subjects; each works in a database
+    /// of its own, dropped at the end.
+    #[arg(
+        long,
+        env = "RUDDER_BENCH_SPANNER_EMULATOR",
+        default_value = "127.0.0.1:9010"
+    )]
+    spanner_emulator: String,
     /// Write results.json, results.csv and charts (PNG and SVG) into this directory.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -172,6 +180,7 @@ pub async fn run(args: StorageBenchArgs) -> Result<()> {
         etcd_endpoint: args.etcd_endpoint.clone(),
         postgres_url: args.postgres_url.clone(),
         mysql_url: args.mysql_url.clone(),
+        spanner_emulator: args.spanner_emulator.clone(),
     };
     let subjects = subjects::open_all(&args.subjects, &options).await?;
     let outcome = tokio::select! {

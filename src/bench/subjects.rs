@@ -2,7 +2,8 @@
 //! `Arc<dyn Storage>` and a cleanup that runs once at the end (close the store, wipe what it
 //! wrote, stop whatever was started for it). `sqlite`, `postgres`, `mysql` and `etcd` are
 //! Rudder's drivers opened by URL (`sqlite-normal` is SQLite with `synchronous=normal`;
-//! `postgres-pair` and `mysql-pair` watch through a second store on the same database); `etcd` (real etcd through Rudder's etcd driver) is the reference the
+//! `postgres-pair`, `mysql-pair` and `spanner-pair` watch through a second store on the same
+//! database; `spanner` runs on the Cloud Spanner emulator); `etcd` (real etcd through Rudder's etcd driver) is the reference the
 //! report divides by. A new kind of subject (the etcd gateway serving a driver, say) is one more
 //! arm in [`open`] that starts its server and returns a [`Subject`] whose cleanup stops it.
 
@@ -26,6 +27,8 @@ pub struct Options {
     pub postgres_url: String,
     /// A MySQL/MariaDB server URL; the subjects use databases of their own on it.
     pub mysql_url: String,
+    /// A Cloud Spanner emulator (`host:port`); the subjects use databases of their own on it.
+    pub spanner_emulator: String,
 }
 
 /// One store under test.
@@ -117,6 +120,9 @@ async fn open(name: &str, options: &Options) -> Result<Subject> {
         "mysql" => driver(name, mysql_url(options, ""), None).await,
         // As postgres-pair; the second store finds the first one's commits by polling the log.
         "mysql-pair" => pair(name, mysql_url(options, "_pair")).await,
+        "spanner" => driver(name, spanner_url(options, ""), None).await,
+        // As mysql-pair: the second store finds the first one's commits by polling the log.
+        "spanner-pair" => pair(name, spanner_url(options, "pair")).await,
         gateway if gateway.starts_with("gateway-") => {
             let inner_name = &gateway["gateway-".len()..];
             if inner_name.starts_with("gateway-") {
@@ -128,12 +134,13 @@ async fn open(name: &str, options: &Options) -> Result<Subject> {
                 etcd_endpoint: options.etcd_endpoint.clone(),
                 postgres_url: options.postgres_url.clone(),
                 mysql_url: options.mysql_url.clone(),
+                spanner_emulator: options.spanner_emulator.clone(),
             };
             let inner = Box::pin(open(inner_name, &apart)).await?;
             behind_gateway(gateway, inner).await
         }
         other => bail!(
-            "unknown subject {other:?}: use sqlite, sqlite-normal, postgres, postgres-pair, mysql, mysql-pair, etcd, or gateway-<driver> (e.g. gateway-sqlite)"
+            "unknown subject {other:?}: use sqlite, sqlite-normal, postgres, postgres-pair, mysql, mysql-pair, spanner, spanner-pair, etcd, or gateway-<driver> (e.g. gateway-sqlite)"
         ),
     }
 }
@@ -156,6 +163,15 @@ fn mysql_url(options: &Options, suffix: &str) -> String {
     };
     let separator = if query.is_empty() { "" } else { "&" };
     format!("mysql://{server}/rudder_bench{gateway}{suffix}?{query}{separator}compact_interval=0")
+}
+
+/// The URL of a Spanner subject's database on the emulator: one database per run and subject,
+/// dropped by the cleanup.
+fn spanner_url(options: &Options, suffix: &str) -> String {
+    format!(
+        "spanner://projects/rudder-bench/instances/rudder/databases/b{}{suffix}?emulator_host={}&compact_interval=0&poll_interval=20ms",
+        options.tag, options.spanner_emulator
+    )
 }
 
 /// Two stores on the database `url` names: `name` writes and reads through the first and

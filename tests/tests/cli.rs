@@ -17,7 +17,10 @@ fn version_names_the_release_and_the_drivers() {
     let (ok, stdout, _) = run(&["version"]);
     assert!(ok);
     assert!(stdout.starts_with("rudder 0."), "{stdout}");
-    assert!(stdout.contains("sqlite, postgres, mysql, etcd"), "{stdout}");
+    assert!(
+        stdout.contains("sqlite, postgres, mysql, spanner, etcd"),
+        "{stdout}"
+    );
 }
 
 #[test]
