@@ -72,11 +72,47 @@ rudder_stop_etcd() {
   RUDDER_ETCD_DIR=""
 }
 
-# Stops what rudder_start_etcd / rudder_start_postgres started, keeping the exit status: use
-# as `trap rudder_stop_services EXIT`.
+# Starts a throw-away Cloud Spanner emulator (it ships with the Google Cloud SDK on these
+# machines) on a free port; sets RUDDER_SPANNER_EMULATOR (host:port).
+rudder_start_spanner() {
+  local emulator=/usr/lib/google-cloud-sdk/bin/cloud_spanner_emulator/emulator_main port
+  if [ ! -x "$emulator" ]; then
+    echo "no Cloud Spanner emulator at $emulator (install the Google Cloud SDK's cloud-spanner-emulator component)" >&2
+    return 1
+  fi
+  port=$(rudder_free_port)
+  RUDDER_SPANNER_LOG=$(mktemp /tmp/rudder-spanner.XXXXXX)
+  "$emulator" --host_port "127.0.0.1:$port" >"$RUDDER_SPANNER_LOG" 2>&1 &
+  RUDDER_SPANNER_PID=$!
+  RUDDER_SPANNER_EMULATOR="127.0.0.1:$port"
+  for _ in $(seq 1 100); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      echo "==> Cloud Spanner emulator on $RUDDER_SPANNER_EMULATOR"
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "the Cloud Spanner emulator did not start; its log:" >&2
+  cat "$RUDDER_SPANNER_LOG" >&2
+  return 1
+}
+
+rudder_stop_spanner() {
+  if [ -n "${RUDDER_SPANNER_PID:-}" ]; then
+    kill "$RUDDER_SPANNER_PID" 2>/dev/null || true
+    wait "$RUDDER_SPANNER_PID" 2>/dev/null || true
+  fi
+  if [ -n "${RUDDER_SPANNER_LOG:-}" ]; then rm -f "$RUDDER_SPANNER_LOG"; fi
+  RUDDER_SPANNER_PID=""
+  RUDDER_SPANNER_LOG=""
+}
+
+# Stops what rudder_start_etcd / rudder_start_postgres / rudder_start_spanner started, keeping
+# the exit status: use as `trap rudder_stop_services EXIT`.
 rudder_stop_services() {
   local status=$?
   rudder_stop_etcd
+  rudder_stop_spanner
   rudder_stop_postgres
   exit "$status"
 }
@@ -139,11 +175,24 @@ rudder_start_mysql() {
   rudder_install_packages mariadb-server mariadb-client
   local sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo service mariadb start >/dev/null 2>&1 || $sudo service mysql start >/dev/null
-  for _ in $(seq 1 100); do
-    $sudo mariadb -u root -e 'select 1' >/dev/null 2>&1 && break
+  # Debian's init script when there is one; else the way these machines start their MariaDB
+  # (a CI run once found it stopped, with no `mysql` service to fall back on).
+  if ! $sudo service mariadb start >/dev/null 2>&1; then
+    $sudo start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd >/dev/null
+  fi
+  local up=""
+  for _ in $(seq 1 150); do
+    if $sudo mariadb -u root -e 'select 1' >/dev/null 2>&1; then
+      up=yes
+      break
+    fi
     sleep 0.2
   done
+  if [ -z "$up" ]; then
+    echo "MariaDB did not answer within 30 s of starting it; its log says:" >&2
+    tail -20 /var/log/mysql/error.log 2>/dev/null >&2 || true
+    return 1
+  fi
   $sudo mariadb -u root -e "create user if not exists 'root'@'127.0.0.1' identified by '';
     grant all privileges on *.* to 'root'@'127.0.0.1' with grant option;
     create database if not exists test" >/dev/null
