@@ -344,6 +344,174 @@ async fn revoking_a_lease_with_many_keys_deletes_them_at_one_revision(harness: B
     harness.cleanup().await;
 }
 
+/// Every event of a watch, from `from` until the watch has seen revision `upto`.
+async fn events_until(
+    store: &Arc<dyn Storage>,
+    from: i64,
+    upto: i64,
+) -> Vec<rudder_storage::Event> {
+    let mut watch = store
+        .watch(
+            rudder_storage::WatchRequest::new(KeyRange::prefix("/hand/"))
+                .from_revision(from)
+                .with_prev_kv(),
+        )
+        .await
+        .unwrap();
+    let mut events = Vec::new();
+    loop {
+        let batch = tokio::time::timeout(
+            Duration::from_secs(10),
+            futures::StreamExt::next(&mut watch),
+        )
+        .await
+        .expect("the watch reaches the last revision within 10 s")
+        .unwrap()
+        .unwrap();
+        events.extend(batch.events);
+        if batch.revision >= upto {
+            return events;
+        }
+    }
+}
+
+/// This server's watchers get its own commits from its writer, not from the log; another
+/// server's get them from the log. Both must see exactly the same events — kinds, values,
+/// revisions, versions, leases and prev_kv — whatever the batch did: single writes, a key
+/// written twice in one batch, a job rolled back in a batch, range deletes, a lease revoke.
+async fn local_watchers_get_exactly_the_events_the_log_holds(harness: Box<dyn Harness>) {
+    let here = harness.open().await;
+    let elsewhere = harness.open().await;
+    let mut raw = Raw::connect(&*harness).await;
+    let from = here.status().await.unwrap().revision + 1;
+    // Watching from now on, as the events happen, and (below) from the log afterwards.
+    let live = {
+        let here = here.clone();
+        tokio::spawn(async move {
+            let mut watch = here
+                .watch(rudder_storage::WatchRequest::new(KeyRange::prefix("/hand/")).with_prev_kv())
+                .await
+                .unwrap();
+            let mut events: Vec<rudder_storage::Event> = Vec::new();
+            while let Some(batch) = futures::StreamExt::next(&mut watch).await {
+                let batch = batch.unwrap();
+                let done = batch.events.iter().any(|event| event.kv.key == b"/hand/zz");
+                events.extend(batch.events);
+                if done {
+                    return events;
+                }
+            }
+            events
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    here.put(b"/hand/a", b"1", 0).await.unwrap();
+    here.put(b"/hand/a", b"2", 0).await.unwrap();
+    assert!(matches!(
+        here.create(b"/hand/b", b"1", 0).await.unwrap(),
+        CreateOutcome::Created { .. }
+    ));
+    here.delete(b"/hand/a", None).await.unwrap();
+    here.put(b"/hand/a", b"3", 0).await.unwrap();
+    here.txn(TxnRequest {
+        success: vec![
+            TxnOp::Put(PutRequest::new(b"/hand/c".to_vec(), b"1".to_vec())),
+            TxnOp::Put(PutRequest {
+                ignore_value: true,
+                ..PutRequest::new(b"/hand/b".to_vec(), Vec::new())
+            }),
+        ],
+        ..TxnRequest::default()
+    })
+    .await
+    .unwrap();
+    // One batch: a key written by two jobs, and a job that fails half-way and is rolled back.
+    let store = here.clone();
+    let job = |key: &'static str, value: &'static str| {
+        let store = store.clone();
+        Box::pin(async move {
+            store
+                .put(key.as_bytes(), value.as_bytes(), 0)
+                .await
+                .map(|_| ())
+        }) as futures::future::BoxFuture<'static, Result<(), Error>>
+    };
+    let failing = {
+        let store = store.clone();
+        Box::pin(async move {
+            store
+                .txn(TxnRequest {
+                    success: vec![
+                        TxnOp::Put(PutRequest::new(b"/hand/e".to_vec(), b"lost".to_vec())),
+                        TxnOp::Put(
+                            PutRequest::new(b"/hand/lost".to_vec(), b"x".to_vec())
+                                .with_lease(424242),
+                        ),
+                    ],
+                    ..TxnRequest::default()
+                })
+                .await
+                .map(|_| ())
+        }) as futures::future::BoxFuture<'static, Result<(), Error>>
+    };
+    let results = in_one_batch(
+        &mut raw,
+        &here,
+        vec![
+            job("/hand/e", "1"),
+            job("/hand/e", "2"),
+            failing,
+            job("/hand/f", "1"),
+        ],
+    )
+    .await;
+    assert!(results[0].is_ok() && results[1].is_ok() && results[3].is_ok());
+    assert!(results[2].is_err(), "a put with a missing lease fails");
+    // One batch of writes the writer knows entirely.
+    let results = in_one_batch(
+        &mut raw,
+        &here,
+        vec![
+            job("/hand/h", "1"),
+            job("/hand/a", "4"),
+            job("/hand/h", "2"),
+        ],
+    )
+    .await;
+    assert!(results.iter().all(Result::is_ok));
+    here.txn(TxnRequest {
+        success: vec![TxnOp::DeleteRange(rudder_storage::DeleteRangeRequest {
+            range: KeyRange::prefix("/hand/e"),
+            prev_kv: false,
+        })],
+        ..TxnRequest::default()
+    })
+    .await
+    .unwrap();
+    let lease = here.lease_grant(60, 0).await.unwrap();
+    here.put(b"/hand/g", b"1", lease.id).await.unwrap();
+    here.lease_revoke(lease.id).await.unwrap();
+    here.put(b"/hand/zz", b"end", 0).await.unwrap();
+    let upto = here.status().await.unwrap().revision;
+
+    let live = tokio::time::timeout(Duration::from_secs(10), live)
+        .await
+        .expect("the live watch sees the last write within 10 s")
+        .unwrap();
+    let from_the_log = events_until(&elsewhere, from, upto).await;
+    let replayed_here = events_until(&here, from, upto).await;
+    assert_eq!(from_the_log.len(), 17, "{from_the_log:#?}");
+    assert_eq!(
+        live, from_the_log,
+        "this server's live watch and the log differ"
+    );
+    assert_eq!(replayed_here, from_the_log);
+    here.close().await;
+    elsewhere.close().await;
+    harness.cleanup().await;
+}
+
 macro_rules! on_every_sql_driver {
     ($($case:ident),* $(,)?) => {
         mod sqlite {
@@ -382,4 +550,5 @@ on_every_sql_driver!(
     a_compaction_does_not_cut_short_the_one_before_it,
     compaction_resumes_after_a_restart,
     revoking_a_lease_with_many_keys_deletes_them_at_one_revision,
+    local_watchers_get_exactly_the_events_the_log_holds,
 );

@@ -92,6 +92,8 @@ impl SpannerStore {
         store.track(tokio::spawn(writer.run()));
         let poller = crate::log::poller::Poller {
             source: reader,
+            // The writer hands nothing over yet: every commit is read back from the log.
+            handoffs: Default::default(),
             hub,
             poke: committed,
             interval: config.poll_interval,

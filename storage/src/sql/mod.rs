@@ -33,6 +33,7 @@ use crate::error::{Error, Result};
 use crate::hub::Hub;
 use crate::interface::{Storage, WatchStream};
 use crate::log::front::{self, Jobs};
+use crate::log::poller::Handoffs;
 use crate::types::*;
 use breaker::Breaker;
 use dialect::Dialect;
@@ -44,6 +45,8 @@ use writer::Writer;
 
 /// How many recent events the hub keeps for watchers that start slightly in the past.
 const RING_EVENTS: usize = 10_000;
+/// A pooled connection idle at least this long is pinged before it is handed out.
+const PING_WHEN_IDLE_FOR: Duration = Duration::from_secs(1);
 /// The longest key the SQL drivers store: PostgreSQL's index entries must stay under about
 /// 2.7 KB, and no Kubernetes key comes close (a namespaced name is at most ~350 bytes).
 pub const MAX_KEY_BYTES: usize = 2048;
@@ -61,6 +64,8 @@ pub struct SqlStore {
     hub: Arc<Hub>,
     /// Wakes the log poller: after a local commit, or a notification from another process.
     poke: Arc<Notify>,
+    /// What the poller learns without reading the log: local commits, announced revisions.
+    handoffs: Arc<Handoffs>,
     shutdown: CancellationToken,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     clock: Clock,
@@ -174,6 +179,7 @@ impl SqlStore {
         let listener = poller::listen(
             config.url.clone(),
             channel,
+            store.handoffs.clone(),
             store.poke.clone(),
             store.shutdown.clone(),
         );
@@ -232,10 +238,20 @@ impl SqlStore {
             AnyPoolOptions::new()
                 .max_connections(max)
                 .acquire_timeout(connection.connect_timeout)
-                // A ping before every acquire finds dead network connections early; an
-                // SQLite file's connection cannot die that way, and the ping cost a
-                // round trip through sqlx's worker thread on every query.
-                .test_before_acquire(dialect.name != "sqlite")
+                // A ping finds a dead network connection before a query does, but costs a
+                // round trip: only a connection idle for a while gets one (one in use moments
+                // ago fails its query as unavailable, and is dropped). An SQLite file's
+                // connection cannot die that way.
+                .test_before_acquire(false)
+                .before_acquire(move |conn, meta| {
+                    Box::pin(async move {
+                        if dialect.name == "sqlite" || meta.idle_for < PING_WHEN_IDLE_FOR {
+                            return Ok(true);
+                        }
+                        // A failed ping drops this connection; the pool opens another.
+                        Ok(sqlx::Connection::ping(conn).await.is_ok())
+                    })
+                })
                 .after_connect(move |conn, _| {
                     let setup = setup.clone();
                     Box::pin(async move {
@@ -275,6 +291,7 @@ impl SqlStore {
         let meta = reader.meta().await?;
         let hub = Hub::new(meta.revision, RING_EVENTS);
         let committed = Arc::new(Notify::new());
+        let handoffs = Arc::new(Handoffs::default());
         let (jobs, receiver) = mpsc::channel(4096);
         let (published, published_receiver) = watch::channel(meta.revision);
         let writer = Writer {
@@ -283,6 +300,7 @@ impl SqlStore {
             dialect,
             jobs: receiver,
             committed: committed.clone(),
+            handoffs: handoffs.clone(),
             channel,
             shutdown: shutdown.clone(),
             published: published_receiver,
@@ -293,6 +311,7 @@ impl SqlStore {
             jobs: Jobs::new(jobs),
             hub: hub.clone(),
             poke: committed.clone(),
+            handoffs: handoffs.clone(),
             shutdown: shutdown.clone(),
             tasks: Mutex::new(Vec::new()),
             clock,
@@ -300,6 +319,7 @@ impl SqlStore {
         store.track(tokio::spawn(writer.run()));
         let poller = crate::log::poller::Poller {
             source: reader,
+            handoffs,
             hub,
             poke: committed,
             interval: poll_interval,

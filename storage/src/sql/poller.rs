@@ -10,7 +10,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::reader::Reader;
-use crate::log::poller::{LogSource, Window, POLL_WINDOW};
+use crate::log::poller::{Handoffs, LogSource, Window, POLL_WINDOW};
 use crate::types::Revision;
 
 #[async_trait]
@@ -36,11 +36,13 @@ impl LogSource for Reader {
     }
 }
 
-/// Listens for other processes' commits on `channel` and pokes the poller; reconnects when the
-/// connection drops (the poll interval covers the gap).
+/// Listens for other processes' commits on `channel`, announces the revision each one carries
+/// and pokes the poller; reconnects when the connection drops (the poll interval covers the
+/// gap). This process's own commits come back too; the poller has them already.
 pub(crate) async fn listen(
     url: String,
     channel: String,
+    handoffs: Arc<Handoffs>,
     poke: Arc<Notify>,
     shutdown: CancellationToken,
 ) {
@@ -49,8 +51,18 @@ pub(crate) async fn listen(
             let mut listener = PgListener::connect(&url).await?;
             listener.listen(&channel).await?;
             loop {
-                listener.recv().await?;
-                poke.notify_one();
+                let notification = listener.recv().await?;
+                let news = match notification.payload().parse::<Revision>() {
+                    Ok(revision) => handoffs.announce(revision),
+                    // Another version's payload: the poller reads the log.
+                    Err(_) => {
+                        handoffs.request_read();
+                        true
+                    }
+                };
+                if news {
+                    poke.notify_one();
+                }
             }
             #[allow(unreachable_code)]
             Ok::<(), sqlx::Error>(())
@@ -63,6 +75,8 @@ pub(crate) async fn listen(
                 }
             }
         }
+        // Commits may have gone unannounced while disconnected.
+        handoffs.request_read();
         poke.notify_one();
         tokio::select! {
             _ = shutdown.cancelled() => return,

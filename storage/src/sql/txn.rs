@@ -12,9 +12,13 @@
 
 use std::collections::HashMap;
 
+use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 
-use super::dialect::{insert_rows, latest_rows, link_rows, Dialect};
+use super::dialect::{
+    insert_rows, insert_rows_with, latest_rows, latest_rows_with, link_rows, link_rows_with,
+    Dialect, Literal,
+};
 use async_trait::async_trait;
 
 use super::reader::{range_at, read_lease};
@@ -30,6 +34,9 @@ const ROWS_PER_INSERT: usize = 100;
 /// `max_allowed_packet` (16 MiB by default on MariaDB) however large the batch's values; a
 /// single row can hold at most `MAX_TXN_BYTES` (1.5 MiB), so any row fits.
 const BYTES_PER_INSERT: usize = 4 * 1024 * 1024;
+/// Keys and values a batch may write into its statements' text (hex doubles them) to save
+/// round trips; larger batches bind them.
+const INLINE_BYTES: usize = 256 * 1024;
 
 /// Splits rows into insert statements of at most `ROWS_PER_INSERT` rows and, past the first
 /// row, `BYTES_PER_INSERT` bytes of keys and values.
@@ -63,6 +70,10 @@ pub(crate) struct Batch<'c> {
     pending: Vec<LogRow>,
     /// Rows already in the database that pending rows supersede: `(key, revision, next)`.
     links: Vec<(Vec<u8>, Revision, Revision)>,
+    /// The watch events of every row written, in order, for the log poller; `None` once the
+    /// batch wrote something it cannot describe (a lease revoke deletes keys in SQL, a
+    /// rolled-back job, a restore).
+    events: Option<Vec<Event>>,
 }
 
 impl<'c> Batch<'c> {
@@ -80,7 +91,18 @@ impl<'c> Batch<'c> {
             cache: HashMap::new(),
             pending: Vec::new(),
             links: Vec::new(),
+            events: Some(Vec::new()),
         }
+    }
+
+    /// From now on the batch's events are read back from the log, not handed over.
+    pub fn events_unknown(&mut self) {
+        self.events = None;
+    }
+
+    /// The watch events of everything the batch wrote, if it knows them all.
+    pub fn take_events(&mut self) -> Option<Vec<Event>> {
+        self.events.take()
     }
 
     /// Loads the latest rows of `keys` into the cache, in as few queries as possible.
@@ -98,15 +120,98 @@ impl<'c> Batch<'c> {
                 query = query.bind(key.clone());
             }
             let rows = query.fetch_all(&mut *self.conn).await.map_err(translate)?;
-            for key in chunk {
-                self.cache.insert(key.clone(), None);
-            }
-            for row in rows {
-                let latest = latest_from_row(&row)?;
-                self.cache.insert(latest.kv.key.clone(), Some(latest));
-            }
+            self.prefetched(chunk, &rows)?;
         }
         Ok(())
+    }
+
+    /// The statement that reads the latest rows of `keys` with the keys written into it (see
+    /// [`Literal`]), to go in one round trip with the transaction's start; `None` when there
+    /// are no keys or too many for one statement.
+    pub fn prefetch_inline(dialect: &Dialect, keys: &[Vec<u8>]) -> Option<String> {
+        let bytes: usize = keys.iter().map(Vec::len).sum();
+        if keys.is_empty() || keys.len() > KEYS_PER_QUERY || bytes > INLINE_BYTES {
+            return None;
+        }
+        let literals: Vec<String> = keys
+            .iter()
+            .map(|key| Literal::Bytes(key.clone()).render(dialect))
+            .collect();
+        Some(latest_rows_with(dialect, keys.len(), &|n| {
+            literals[n - 1].clone()
+        }))
+    }
+
+    /// Caches what a read of the latest rows of `keys` returned (keys without a row never
+    /// existed, or are gone entirely).
+    pub fn prefetched(&mut self, keys: &[Vec<u8>], rows: &[AnyRow]) -> Result<()> {
+        for key in keys {
+            self.cache.insert(key.clone(), None);
+        }
+        for row in rows {
+            let latest = latest_from_row(row)?;
+            self.cache.insert(latest.kv.key.clone(), Some(latest));
+        }
+        Ok(())
+    }
+
+    /// The statements that write the pending rows and links, with their values written into
+    /// them (see [`Literal`]), to go in one round trip with the commit; `None` (nothing taken)
+    /// when they are too large for that and must be flushed with bound arguments.
+    pub fn take_inline_writes(&mut self) -> Option<String> {
+        let bytes: usize = self
+            .pending
+            .iter()
+            .map(|row| row.key.len() + row.value.len())
+            .chain(self.links.iter().map(|(key, _, _)| key.len()))
+            .sum();
+        if bytes > INLINE_BYTES {
+            return None;
+        }
+        let dialect = self.dialect;
+        let mut statements = Vec::new();
+        let pending = std::mem::take(&mut self.pending);
+        for chunk in pending.chunks(ROWS_PER_INSERT) {
+            let literals: Vec<String> = chunk
+                .iter()
+                .flat_map(|row| {
+                    [
+                        Literal::Int(row.revision),
+                        Literal::Int(row.sub),
+                        Literal::Bytes(row.key.clone()),
+                        Literal::Bytes(row.value.clone()),
+                        Literal::Int(row.create_revision),
+                        Literal::Int(row.prev_revision),
+                        Literal::Int(row.version),
+                        Literal::Int(row.lease),
+                        Literal::Int(i64::from(row.deleted)),
+                        Literal::Int(row.next_revision),
+                    ]
+                })
+                .map(|literal| literal.render(dialect))
+                .collect();
+            statements.push(insert_rows_with(dialect, chunk.len(), &|n| {
+                literals[n - 1].clone()
+            }));
+        }
+        let links = std::mem::take(&mut self.links);
+        for chunk in links.chunks(ROWS_PER_INSERT) {
+            let literals: Vec<String> = chunk
+                .iter()
+                .flat_map(|(key, revision, next)| {
+                    [
+                        Literal::Bytes(key.clone()),
+                        Literal::Int(*revision),
+                        Literal::Int(*next),
+                    ]
+                })
+                .map(|literal| literal.render(dialect))
+                .collect();
+            statements.push(link_rows_with(dialect, chunk.len(), &|n| {
+                literals[n - 1].clone()
+            }));
+        }
+        Some(statements.join("; "))
     }
 
     /// The latest row of `key`, tombstone or not.
@@ -139,8 +244,19 @@ impl<'c> Batch<'c> {
                     .push((row.key.clone(), row.prev_revision, row.revision)),
             }
         }
-        self.cache
-            .insert(row.key.clone(), Some(LatestRow::of(&row)));
+        let latest = LatestRow::of(&row);
+        let previous = self.cache.insert(row.key.clone(), Some(latest.clone()));
+        if let Some(events) = &mut self.events {
+            match previous {
+                // The previous row is the event's prev_kv, unless it was a tombstone.
+                Some(previous) => {
+                    let prev_kv = previous.filter(|row| !row.deleted).map(|row| row.kv);
+                    events.push(latest.into_event(prev_kv));
+                }
+                // Never looked up, so its previous row is not known here.
+                None => self.events = None,
+            }
+        }
         self.pending.push(row);
     }
 
@@ -179,6 +295,8 @@ impl<'c> Batch<'c> {
 
     /// Forgets cached state (after a savepoint rollback); pending rows must be empty.
     pub fn forget(&mut self) {
+        // Events of the rolled-back job may already be recorded.
+        self.events = None;
         self.cache.clear();
         self.pending.clear();
         self.links.clear();
@@ -225,6 +343,7 @@ impl<'c> Batch<'c> {
         if deleted == 0 {
             return Ok(());
         }
+        self.events = None;
         sqlx::query(self.dialect.revoke_link)
             .bind(lease)
             .bind(revision)
@@ -301,7 +420,7 @@ impl LogState for Batch<'_> {
     }
 }
 
-fn latest_from_row(row: &sqlx::any::AnyRow) -> Result<LatestRow> {
+fn latest_from_row(row: &AnyRow) -> Result<LatestRow> {
     let deleted: i64 = row.try_get(6).map_err(translate)?;
     Ok(LatestRow {
         kv: KeyValue {

@@ -31,7 +31,9 @@ use super::reader::Meta;
 use super::translate;
 use super::txn::Batch;
 use crate::error::{Error, Result};
+use crate::log::group_by_revision;
 use crate::log::jobs::{apply_job, fail_all, reply, Job, JobDone, Outcome};
+use crate::log::poller::Handoffs;
 use crate::log::txn::{keys_of, may_fail_midway};
 use crate::types::*;
 
@@ -48,6 +50,8 @@ pub(crate) struct Writer {
     pub jobs: mpsc::Receiver<Job>,
     /// Woken after every commit that wrote revisions.
     pub committed: Arc<Notify>,
+    /// Where each commit's events go for the poller, when the batch knows all of them.
+    pub handoffs: Arc<Handoffs>,
     /// `pg_notify` channel for other processes.
     pub channel: String,
     pub shutdown: CancellationToken,
@@ -146,7 +150,11 @@ impl Writer {
                 for (job, outcome) in batch.into_iter().zip(outcomes) {
                     reply(job, outcome);
                 }
-                if applied.wrote {
+                if let Some(written) = applied.written {
+                    if let Some(events) = written.events {
+                        self.handoffs
+                            .push(written.after, written.upto, group_by_revision(events));
+                    }
                     self.committed.notify_one();
                 }
                 applied.compaction
@@ -157,6 +165,9 @@ impl Writer {
                 let _ = sqlx::Connection::close(conn.detach()).await;
                 self.breaker.observe(&error);
                 fail_all(batch, &error);
+                // The commit may have happened all the same: the poller looks in the log.
+                self.handoffs.request_read();
+                self.committed.notify_one();
                 None
             }
         }
@@ -168,12 +179,27 @@ impl Writer {
         batch: &[Job],
         outcomes: &mut Vec<Result<Outcome>>,
     ) -> Result<Applied> {
+        let mut keys = Vec::new();
+        for job in batch {
+            if let Job::Txn { request, .. } = job {
+                keys_of(request, &mut keys);
+            }
+        }
+        keys.sort();
+        keys.dedup();
+        // Over a network, the keys' latest rows are read in the same round trip as the lock
+        // (written into the statement); SQLite has no round trips to save.
+        let inline = self.dialect.name != "sqlite";
+        let prefetch = inline
+            .then(|| Batch::prefetch_inline(self.dialect, &keys))
+            .flatten();
+        let begin = match &prefetch {
+            Some(prefetch) => format!("{}; {prefetch}", self.dialect.begin_and_lock),
+            None => self.dialect.begin_and_lock.to_string(),
+        };
         // No bind arguments: the simple protocol, which takes several statements at once.
-        let locked = conn
-            .fetch_all(self.dialect.begin_and_lock)
-            .await
-            .map_err(translate)?;
-        let meta = match locked.first() {
+        let locked = conn.fetch_all(begin.as_str()).await.map_err(translate)?;
+        let meta = match locked.first().filter(|row| row.len() == 3) {
             Some(row) => Meta {
                 revision: row.try_get(0).map_err(translate)?,
                 compact_revision: row.try_get(1).map_err(translate)?,
@@ -187,13 +213,14 @@ impl Writer {
             }
         };
         let mut state = Batch::new(conn, self.dialect, meta.revision, meta.compact_revision);
-        let mut keys = Vec::new();
-        for job in batch {
-            if let Job::Txn { request, .. } = job {
-                keys_of(request, &mut keys);
-            }
+        // A restore writes rows of its own making: let the poller read those from the log.
+        if batch.iter().any(|job| matches!(job, Job::Restore { .. })) {
+            state.events_unknown();
         }
-        state.prefetch(keys).await?;
+        match prefetch {
+            Some(_) => state.prefetched(&keys, &locked[1..])?,
+            None => state.prefetch(keys).await?,
+        }
         let mut compaction = None;
         for job in batch {
             let protected = matches!(job, Job::Txn { request, .. } if may_fail_midway(request))
@@ -245,17 +272,39 @@ impl Writer {
                 }
             }
         }
-        state.flush().await?;
+        // The last rows go with the commit, in one round trip, when they are small enough.
+        let writes = match inline.then(|| state.take_inline_writes()).flatten() {
+            Some(writes) => writes,
+            None => {
+                state.flush().await?;
+                String::new()
+            }
+        };
         let (revision, compact_revision) = (state.revision, state.compact_revision);
         let wrote = revision != meta.revision;
-        let finish = finish_write(
+        let events = state.take_events();
+        let mut finish = finish_write(
             self.dialect,
             wrote.then_some(revision),
             (compact_revision != meta.compact_revision).then_some(compact_revision),
             &self.channel,
         );
+        if !writes.is_empty() {
+            finish = format!("{writes}; {finish}");
+        }
+        if wrote {
+            self.handoffs.committing(revision);
+        }
         conn.execute(finish.as_str()).await.map_err(translate)?;
-        Ok(Applied { wrote, compaction })
+        let written = wrote.then_some(Written {
+            after: meta.revision,
+            upto: revision,
+            events,
+        });
+        Ok(Applied {
+            written,
+            compaction,
+        })
     }
 
     /// Removes one step's worth of rows compaction to `purge.target` made obsolete: rows
@@ -292,8 +341,16 @@ impl Writer {
 
 /// What a committed batch did.
 struct Applied {
-    /// Whether it wrote a revision (watchers are woken).
-    wrote: bool,
+    /// The revisions it wrote, if any (watchers are woken).
+    written: Option<Written>,
     /// The target of a compaction it committed, whose rows are purged next.
     compaction: Option<Revision>,
+}
+
+/// The revisions `(after, upto]` a batch committed.
+struct Written {
+    after: Revision,
+    upto: Revision,
+    /// Every event of them in order, when the batch knows them all.
+    events: Option<Vec<Event>>,
 }

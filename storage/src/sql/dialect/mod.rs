@@ -95,6 +95,45 @@ pub(crate) use mysql::MYSQL;
 pub(crate) use postgres::POSTGRES;
 pub(crate) use sqlite::SQLITE;
 
+/// An argument written into a statement's text instead of bound, so that several statements
+/// can go to the server as one simple query (one round trip). Only integers and hex digits
+/// ever reach the text, so no value can change what a statement does.
+#[derive(Clone, Debug)]
+pub(crate) enum Literal {
+    Int(i64),
+    Bytes(Vec<u8>),
+}
+
+impl Literal {
+    /// This argument as `dialect` reads it: a decimal integer, or the bytes in hex
+    /// (`decode('…', 'hex')` on PostgreSQL, whatever `standard_conforming_strings` says;
+    /// `X'…'` elsewhere).
+    pub fn render(&self, dialect: &Dialect) -> String {
+        match self {
+            Literal::Int(value) => value.to_string(),
+            Literal::Bytes(bytes) => {
+                let hex = to_hex(bytes);
+                if dialect.name == "postgres" {
+                    format!("decode('{hex}', 'hex')")
+                } else {
+                    format!("X'{hex}'")
+                }
+            }
+        }
+    }
+}
+
+/// Lower-case hex digits of `bytes`.
+fn to_hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        text.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+    text
+}
+
 /// Columns of a log row, in `insert_row` order.
 pub(crate) const LOG_COLUMNS: &str =
     "revision, sub, key, value, create_revision, prev_revision, version, lease, deleted, next_revision";
@@ -104,6 +143,16 @@ pub(crate) const LOG_COLUMN_COUNT: usize = 10;
 
 /// `INSERT` of `rows` log rows in one statement.
 pub(crate) fn insert_rows(dialect: &Dialect, rows: usize) -> String {
+    insert_rows_with(dialect, rows, &dialect.placeholder)
+}
+
+/// [`insert_rows`] with the `n`th (1-based) argument written by `argument`: a placeholder, or
+/// a literal ([`Literal`]).
+pub(crate) fn insert_rows_with(
+    dialect: &Dialect,
+    rows: usize,
+    argument: &dyn Fn(usize) -> String,
+) -> String {
     let mut sql = format!("INSERT INTO rudder_log ({}) VALUES ", dialect.log_columns);
     for row in 0..rows {
         if row > 0 {
@@ -114,7 +163,7 @@ pub(crate) fn insert_rows(dialect: &Dialect, rows: usize) -> String {
             if column > 0 {
                 sql.push(',');
             }
-            sql.push_str(&(dialect.placeholder)(row * LOG_COLUMN_COUNT + column + 1));
+            sql.push_str(&argument(row * LOG_COLUMN_COUNT + column + 1));
         }
         sql.push(')');
     }
@@ -160,14 +209,28 @@ pub(crate) fn finish_write(
 /// Marks `rows` rows `(key, revision)` as superseded at `next_revision`, in one statement
 /// (placeholders in triples: key, revision, next revision).
 pub(crate) fn link_rows(dialect: &Dialect, rows: usize) -> String {
+    link_rows_with(dialect, rows, &dialect.placeholder)
+}
+
+/// [`link_rows`] with the `n`th (1-based) argument written by `argument`.
+pub(crate) fn link_rows_with(
+    dialect: &Dialect,
+    rows: usize,
+    argument: &dyn Fn(usize) -> String,
+) -> String {
     if dialect.name == "mysql" {
         // No `UPDATE … FROM (VALUES …)`: a join with a union of the triples, typed by casts.
-        let values: Vec<&str> = (0..rows)
+        let values: Vec<String> = (0..rows)
             .map(|row| {
+                let (k, r, n) = (
+                    argument(row * 3 + 1),
+                    argument(row * 3 + 2),
+                    argument(row * 3 + 3),
+                );
                 if row == 0 {
-                    "SELECT CAST(? AS BINARY) AS k, CAST(? AS SIGNED) AS r, CAST(? AS SIGNED) AS n"
+                    format!("SELECT CAST({k} AS BINARY) AS k, CAST({r} AS SIGNED) AS r, CAST({n} AS SIGNED) AS n")
                 } else {
-                    "SELECT CAST(? AS BINARY), CAST(? AS SIGNED), CAST(? AS SIGNED)"
+                    format!("SELECT CAST({k} AS BINARY), CAST({r} AS SIGNED), CAST({n} AS SIGNED)")
                 }
             })
             .collect();
@@ -177,8 +240,8 @@ pub(crate) fn link_rows(dialect: &Dialect, rows: usize) -> String {
         );
     }
     let cast = |n: usize, ty: &str| match dialect.name {
-        "postgres" => format!("{}::{ty}", (dialect.placeholder)(n)),
-        _ => (dialect.placeholder)(n),
+        "postgres" => format!("{}::{ty}", argument(n)),
+        _ => argument(n),
     };
     let values: Vec<String> = (0..rows)
         .map(|row| {
@@ -200,7 +263,16 @@ pub(crate) fn link_rows(dialect: &Dialect, rows: usize) -> String {
 /// The latest rows (tombstones included) of `keys` keys, in one statement:
 /// `(key, value, create_revision, revision, version, lease, deleted)`.
 pub(crate) fn latest_rows(dialect: &Dialect, keys: usize) -> String {
-    let list: Vec<String> = (1..=keys).map(dialect.placeholder).collect();
+    latest_rows_with(dialect, keys, &dialect.placeholder)
+}
+
+/// [`latest_rows`] with the `n`th (1-based) key written by `argument`.
+pub(crate) fn latest_rows_with(
+    dialect: &Dialect,
+    keys: usize,
+    argument: &dyn Fn(usize) -> String,
+) -> String {
+    let list: Vec<String> = (1..=keys).map(argument).collect();
     format!(
         "SELECT {}, l.value, l.create_revision, l.revision, l.version, l.lease, l.deleted FROM rudder_log l \
          WHERE l.key IN ({}) AND l.next_revision = 0",
@@ -236,5 +308,31 @@ mod tests {
             format!("INSERT INTO rudder_log ({LOG_COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10),($11,$12,$13,$14,$15,$16,$17,$18,$19,$20)")
         );
         assert!(latest_rows(&SQLITE, 3).contains("IN (?1,?2,?3)"));
+    }
+
+    #[test]
+    fn literals_are_integers_and_hex_digits_only() {
+        let key = Literal::Bytes(b"/k'); DROP TABLE rudder_log; --".to_vec());
+        let postgres = key.render(&POSTGRES);
+        assert!(postgres.starts_with("decode('2f6b27293b") && postgres.ends_with("', 'hex')"));
+        assert_eq!(Literal::Bytes(vec![0, 255]).render(&MYSQL), "X'00ff'");
+        assert_eq!(Literal::Bytes(Vec::new()).render(&SQLITE), "X''");
+        assert_eq!(Literal::Int(-42).render(&POSTGRES), "-42");
+        let args = [
+            Literal::Bytes(b"k".to_vec()),
+            Literal::Int(5),
+            Literal::Int(7),
+        ];
+        let linked = link_rows_with(&POSTGRES, 1, &|n| args[n - 1].render(&POSTGRES));
+        assert!(
+            linked.contains("(decode('6b', 'hex')::bytea, 5::bigint, 7::bigint)"),
+            "{linked}"
+        );
+        let linked = link_rows_with(&MYSQL, 1, &|n| args[n - 1].render(&MYSQL));
+        assert!(
+            linked.contains("CAST(X'6b' AS BINARY) AS k, CAST(5 AS SIGNED) AS r"),
+            "{linked}"
+        );
+        assert_eq!(link_rows(&MYSQL, 2).matches('?').count(), 6);
     }
 }
