@@ -29,10 +29,15 @@ const PERCENTILE_COLORS: [RGBColor; 3] = [
     RGBColor(8, 69, 148),
 ];
 
+/// Makes the embedded font the charts' `sans-serif`.
+pub fn register_font() -> Result<()> {
+    plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
+        .map_err(|_| anyhow!("the embedded DejaVu Sans font cannot be read"))
+}
+
 /// Writes every chart into `dir` and returns the files written.
 pub fn write(dir: &Path, rows: &[Row]) -> Result<Vec<PathBuf>> {
-    plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
-        .map_err(|_| anyhow!("the embedded DejaVu Sans font cannot be read"))?;
+    register_font()?;
     let mut workloads: Vec<&str> = Vec::new();
     for row in rows {
         if !workloads.contains(&row.workload.as_str()) {

@@ -17,8 +17,10 @@ mod charts;
 mod cluster;
 pub mod controllers;
 pub mod kubelet;
+mod memory;
 pub mod network;
 mod report;
+mod scale;
 pub mod scheduler;
 mod subjects;
 pub mod watch;
@@ -84,15 +86,18 @@ pub struct StorageBenchArgs {
     /// Rounds; each round runs every subject once per workload, in rotating order.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
-    /// Concurrent clients for create, update and get.
-    #[arg(long, default_value_t = 16)]
-    writers: usize,
+    /// Concurrent clients for create, update and get (and the writers beside a revoke). Several,
+    /// comma-separated (`1,16,64,256`), run every workload at each: a scaling run.
+    #[arg(long, default_value = "16", value_delimiter = ',')]
+    writers: Vec<usize>,
     /// Bytes per value.
     #[arg(long, default_value_t = 1024)]
     value_size: usize,
-    /// Keys created per subject in each round; also the key set updates and gets use.
-    #[arg(long, alias = "writes", default_value_t = 2000)]
-    keys: usize,
+    /// Keys created per subject in each round; also the key set updates and gets use (`10k`,
+    /// `1m` allowed). Several, comma-separated (`10k,100k`), make a scaling run in which the
+    /// list workload pages over that many keys.
+    #[arg(long, alias = "writes", default_value = "2000", value_delimiter = ',', value_parser = scale::parse_count)]
+    keys: Vec<usize>,
     /// Read-modify-write updates (get, then CAS update) per subject in each round.
     #[arg(long, default_value_t = 2000)]
     updates: usize,
@@ -128,10 +133,11 @@ pub struct StorageBenchArgs {
 
 impl StorageBenchArgs {
     fn params(&self) -> Result<Params> {
+        let lowest = |values: &[usize]| values.iter().copied().min().unwrap_or(0);
         let counts = [
             ("--rounds", self.rounds),
-            ("--writers", self.writers),
-            ("--keys", self.keys),
+            ("--writers", lowest(&self.writers)),
+            ("--keys", lowest(&self.keys)),
             ("--updates", self.updates),
             ("--gets", self.gets),
             ("--list-keys", self.list_keys),
@@ -147,9 +153,9 @@ impl StorageBenchArgs {
             bail!("{flag} must be at least 1");
         }
         Ok(Params {
-            writers: self.writers,
+            writers: self.writers.first().copied().unwrap_or(1),
             value_size: self.value_size,
-            keys: self.keys,
+            keys: self.keys.first().copied().unwrap_or(1),
             updates: self.updates,
             gets: self.gets,
             list_keys: self.list_keys,
@@ -183,8 +189,19 @@ pub async fn run(args: StorageBenchArgs) -> Result<()> {
         spanner_emulator: args.spanner_emulator.clone(),
     };
     let subjects = subjects::open_all(&args.subjects, &options).await?;
+    let points = scale::points(&args.keys, &args.writers);
+    if points.len() > 1 {
+        let keys_vary = args.keys.len() > 1;
+        let outcome = tokio::select! {
+            outcome = measure_points(&subjects, &workloads, &params, &points, keys_vary, args.rounds) => outcome,
+            _ = tokio::signal::ctrl_c() => Err(anyhow!("interrupted")),
+        };
+        let names: Vec<String> = subjects.iter().map(|s| s.name.clone()).collect();
+        subjects::close_all(subjects).await;
+        return report_scaling(&args, &names, &workloads, &params, &outcome?);
+    }
     let outcome = tokio::select! {
-        outcome = measure(&subjects, &workloads, &params, args.rounds) => outcome,
+        outcome = measure(&subjects, &workloads, &params, args.rounds, 0) => outcome,
         _ = tokio::signal::ctrl_c() => Err(anyhow!("interrupted")),
     };
     let names: Vec<String> = subjects.iter().map(|s| s.name.clone()).collect();
@@ -223,13 +240,100 @@ pub async fn run(args: StorageBenchArgs) -> Result<()> {
     Ok(())
 }
 
+/// A scaling run: every workload at every point, then each subject's server memory.
+async fn measure_points(
+    subjects: &[Subject],
+    workloads: &[Workload],
+    base: &Params,
+    points: &[scale::Point],
+    keys_vary: bool,
+    rounds: usize,
+) -> Result<Vec<scale::Measured>> {
+    let names: Vec<String> = subjects.iter().map(|s| s.name.clone()).collect();
+    let mut measured = Vec::new();
+    for (index, &point) in points.iter().enumerate() {
+        eprintln!(
+            "== {} keys, {} writers",
+            scale::count_label(point.keys),
+            point.writers
+        );
+        let params = scale::params_at(base, point, keys_vary);
+        // Rounds are numbered across points, so each round's keys are new.
+        let tallies = measure(subjects, workloads, &params, rounds, index * rounds).await?;
+        let memory = subjects
+            .iter()
+            .map(|subject| scale::Memory {
+                subject: subject.name.clone(),
+                server_pss_bytes: subject.server_port.and_then(memory::server_pss),
+            })
+            .collect();
+        measured.push(scale::Measured {
+            point,
+            results: report::rows(workloads, &names, &tallies, REFERENCE),
+            memory,
+            bench_rss_bytes: memory::own_rss(),
+        });
+    }
+    Ok(measured)
+}
+
+/// Prints (and with `--out` writes) what a scaling run measured.
+fn report_scaling(
+    args: &StorageBenchArgs,
+    names: &[String],
+    workloads: &[Workload],
+    params: &Params,
+    measured: &[scale::Measured],
+) -> Result<()> {
+    let machine = report::Machine::here();
+    println!(
+        "rudder bench storage (scaling): {} round(s) of {} on {}; writers {:?}, keys {}; {} B values; machine: {} cores, {} GiB",
+        args.rounds,
+        workloads.iter().map(|w| w.name()).collect::<Vec<_>>().join(", "),
+        names.join(", "),
+        args.writers,
+        args.keys.iter().map(|k| scale::count_label(*k)).collect::<Vec<_>>().join(","),
+        params.value_size,
+        machine.cores,
+        machine.memory_gib.map_or("?".to_string(), |m| format!("{m}")),
+    );
+    println!("{}", scale::table(measured, &args.writers, REFERENCE));
+    println!("each cell: ops/s (p99 ms, ops/s ÷ {REFERENCE}'s at the same point in this run).");
+    println!("{}", scale::memory_table(measured));
+    println!("published, not measured here:");
+    for figure in scale::PUBLISHED {
+        println!("  - {figure}");
+    }
+    if let Some(dir) = &args.out {
+        let summary = scale::Summary {
+            command: report::command_line(std::env::args()),
+            machine,
+            reference: REFERENCE,
+            subjects: names,
+            rounds: args.rounds,
+            params,
+            published_not_measured_here: scale::PUBLISHED,
+            points: measured,
+        };
+        let charts = scale::write_files(dir, &summary)?;
+        eprintln!(
+            "wrote results.json, results.csv and {} charts to {}",
+            charts.len(),
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
 /// Runs the untimed setup on every subject, then each workload round by round with the
-/// subjects in rotating order; returns `tallies[workload][subject]`.
+/// subjects in rotating order; returns `tallies[workload][subject]`. Rounds are numbered from
+/// `first_round` (each round writes keys of its own).
 async fn measure(
     subjects: &[Subject],
     workloads: &[Workload],
     params: &Params,
     rounds: usize,
+    first_round: usize,
 ) -> Result<Vec<Vec<Tally>>> {
     let progress = Progress::new((workloads.len() * rounds + 1) * subjects.len())?;
     for subject in subjects {
@@ -259,10 +363,15 @@ async fn measure(
                     round + 1
                 );
                 progress.start(what.clone(), params.steps(workload));
-                let sample =
-                    workloads::run(workload, &subject.store, params, round, &progress.step)
-                        .await
-                        .with_context(|| format!("{what} failed"))?;
+                let sample = workloads::run(
+                    workload,
+                    &subject.store,
+                    params,
+                    first_round + round,
+                    &progress.step,
+                )
+                .await
+                .with_context(|| format!("{what} failed"))?;
                 progress.done(format!(
                     "{what}: {} {}/s, p99 {:.2} ms",
                     report::format_rate(report::throughput(sample.ops, sample.elapsed)),

@@ -35,6 +35,9 @@ pub struct Options {
 pub struct Subject {
     pub name: String,
     pub store: Arc<dyn Storage>,
+    /// The TCP port of the server process behind the store (etcd, PostgreSQL, MySQL, the
+    /// Spanner emulator), for its memory; `None` for stores in this process.
+    pub server_port: Option<u16>,
     cleanup: Option<BoxFuture<'static, Result<()>>>,
 }
 
@@ -212,6 +215,7 @@ async fn behind_gateway(name: &str, inner: Subject) -> Result<Subject> {
             return Err(error).with_context(|| format!("connecting to the {name} gateway"));
         }
     };
+    let server_port = inner.server_port;
     let cleanup = Box::pin(async move {
         gateway.shutdown().await;
         inner.close().await
@@ -219,6 +223,7 @@ async fn behind_gateway(name: &str, inner: Subject) -> Result<Subject> {
     Ok(Subject {
         name: name.to_string(),
         store,
+        server_port,
         cleanup: Some(cleanup),
     })
 }
@@ -277,6 +282,7 @@ async fn driver(name: &str, url: String, scratch: Option<PathBuf>) -> Result<Sub
         .await
         .with_context(|| format!("opening the {name} subject"))?;
     let wiped = format!("wiping what the {name} subject wrote");
+    let port = server_port(&url);
     let cleanup = Box::pin(async move {
         rudder_storage::wipe(&url).await.context(wiped)?;
         if let Some(dir) = scratch {
@@ -287,6 +293,61 @@ async fn driver(name: &str, url: String, scratch: Option<PathBuf>) -> Result<Sub
     Ok(Subject {
         name: name.to_string(),
         store,
+        server_port: port,
         cleanup: Some(cleanup),
     })
+}
+
+/// The port of the server a store URL names (its first endpoint; the emulator for Spanner),
+/// `None` for SQLite, which runs in this process.
+fn server_port(url: &str) -> Option<u16> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority = match scheme {
+        "sqlite" => return None,
+        "spanner" => rest.split_once("emulator_host=")?.1.split('&').next()?,
+        _ => rest.split(['/', '?', ',']).next()?,
+    };
+    let host_port = authority.rsplit('@').next()?;
+    match host_port.rsplit_once(':') {
+        Some((_, port)) => port.parse().ok(),
+        None => match scheme {
+            "postgres" | "postgresql" => Some(5432),
+            "mysql" => Some(3306),
+            "etcd" => Some(2379),
+            _ => None,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::server_port;
+
+    #[test]
+    fn finds_the_servers_port_in_a_store_url() {
+        assert_eq!(
+            server_port("sqlite:///tmp/x/state.db?synchronous=full"),
+            None
+        );
+        assert_eq!(
+            server_port("postgres://postgres:pw@127.0.0.1:5433/postgres?schema=b"),
+            Some(5433)
+        );
+        assert_eq!(
+            server_port("postgres://postgres@localhost/postgres"),
+            Some(5432)
+        );
+        assert_eq!(
+            server_port("mysql://root@127.0.0.1:3306/rudder_bench?x=1"),
+            Some(3306)
+        );
+        assert_eq!(
+            server_port("etcd://127.0.0.1:2379,127.0.0.1:22379/rudder-bench"),
+            Some(2379)
+        );
+        assert_eq!(
+            server_port("spanner://projects/p/instances/i/databases/d?emulator_host=127.0.0.1:9010&poll_interval=20ms"),
+            Some(9010)
+        );
+    }
 }
