@@ -32,21 +32,16 @@ pub async fn stores_recover_when_the_database_drops_their_connections(
     assert_eq!(first.events[0].kv.key, b"/r/before");
 
     drop_connections(harness.url()).await;
+    // The servers' side of the connections finishes going away.
+    tokio::time::sleep(Duration::from_millis(100)).await;
 
-    // Writes recover (a request caught in flight may fail, as with any database restart).
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    let written = loop {
-        match store.put(b"/r/after", b"2", 0).await {
-            Ok(revision) => break revision,
-            Err(error) => {
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "writes did not recover: {error}"
-                );
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-    };
+    // No request was in flight, so none fails: a pooled connection found dead is replaced
+    // (the reader's by a ping, the writer's by a second try of a batch whose first statement
+    // found it gone).
+    let written = store
+        .put(b"/r/after", b"2", 0)
+        .await
+        .expect("the first write after the connections went works");
     assert_eq!(
         store
             .get(b"/r/after", 0)

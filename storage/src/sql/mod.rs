@@ -45,7 +45,7 @@ use writer::Writer;
 
 /// How many recent events the hub keeps for watchers that start slightly in the past.
 const RING_EVENTS: usize = 10_000;
-/// A pooled connection idle at least this long is pinged before it is handed out.
+/// A writer's pooled connection idle at least this long is pinged before it is handed out.
 const PING_WHEN_IDLE_FOR: Duration = Duration::from_secs(1);
 /// The longest key the SQL drivers store: PostgreSQL's index entries must stay under about
 /// 2.7 KB, and no Kubernetes key comes close (a namespaced name is at most ~350 bytes).
@@ -233,19 +233,22 @@ impl SqlStore {
         sqlx::any::install_default_drivers();
         probe(dialect, &connection).await?;
         let setup = Arc::new(connection.setup);
-        let pool_options = |max: u32| {
+        // The reader's connections are pinged before every use, so a read never fails on a
+        // connection that died in the pool; the writer's only after a second idle, since it
+        // runs one batch after another and retries a batch whose first statement finds its
+        // connection dead.
+        let pool_options = |max: u32, ping_always: bool| {
             let setup = setup.clone();
             AnyPoolOptions::new()
                 .max_connections(max)
                 .acquire_timeout(connection.connect_timeout)
                 // A ping finds a dead network connection before a query does, but costs a
-                // round trip: only a connection idle for a while gets one (one in use moments
-                // ago fails its query as unavailable, and is dropped). An SQLite file's
-                // connection cannot die that way.
+                // round trip. An SQLite file's connection cannot die that way.
                 .test_before_acquire(false)
                 .before_acquire(move |conn, meta| {
                     Box::pin(async move {
-                        if dialect.name == "sqlite" || meta.idle_for < PING_WHEN_IDLE_FOR {
+                        let idle = ping_always || meta.idle_for >= PING_WHEN_IDLE_FOR;
+                        if dialect.name == "sqlite" || !idle {
                             return Ok(true);
                         }
                         // A failed ping drops this connection; the pool opens another.
@@ -262,7 +265,7 @@ impl SqlStore {
                     })
                 })
         };
-        let write_pool = pool_options(1)
+        let write_pool = pool_options(1, false)
             .connect_with(connection.options.clone())
             .await
             .map_err(translate)?;
@@ -278,7 +281,7 @@ impl SqlStore {
             connection.connect_timeout,
             shutdown.clone(),
         );
-        let read_pool = pool_options(connection.max_readers)
+        let read_pool = pool_options(connection.max_readers, true)
             .connect_with(connection.options)
             .await
             .map_err(translate)?;
@@ -479,6 +482,21 @@ fn is_disk_full(db: &dyn sqlx::error::DatabaseError) -> bool {
 /// Translates a sqlx error into the storage error: connection trouble, and conflicts worth
 /// retrying, are `Unavailable`; a statement over the server's packet limit is `TooLarge`;
 /// everything else a backend error.
+/// Whether `error` says the connection itself is gone (the server restarted or dropped it),
+/// rather than anything about the statement.
+pub(crate) fn connection_lost(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_) => true,
+        sqlx::Error::Database(db) => match db.try_downcast_ref::<MySqlDatabaseError>() {
+            // Server gone away, lost connection.
+            Some(mysql) => matches!(mysql.number(), 2006 | 2013),
+            // Administrator or crash shutdown.
+            None => matches!(db.code().as_deref(), Some("57P01" | "57P02")),
+        },
+        _ => false,
+    }
+}
+
 pub(crate) fn translate(error: sqlx::Error) -> Error {
     match &error {
         sqlx::Error::Io(_)

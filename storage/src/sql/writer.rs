@@ -28,8 +28,8 @@ use super::breaker::Breaker;
 use super::dialect::finish_write;
 use super::dialect::Dialect;
 use super::reader::Meta;
-use super::translate;
 use super::txn::Batch;
+use super::{connection_lost, translate};
 use crate::error::{Error, Result};
 use crate::log::group_by_revision;
 use crate::log::jobs::{apply_job, fail_all, reply, Job, JobDone, Outcome};
@@ -129,17 +129,34 @@ impl Writer {
 
     /// Applies a batch; returns the target of a compaction it committed, if any.
     async fn run_batch(&mut self, batch: Vec<Job>) -> Option<Revision> {
-        let mut conn = match self.breaker.acquire(&self.pool).await {
-            Ok(conn) => conn,
-            Err(error) => {
-                self.breaker.observe(&error);
-                fail_all(batch, &error);
-                return None;
-            }
-        };
         let mut outcomes = Vec::with_capacity(batch.len());
         let started = std::time::Instant::now();
-        let result = self.apply(&mut conn, &batch, &mut outcomes).await;
+        let mut attempt = 0;
+        let (mut conn, result) = loop {
+            let mut conn = match self.breaker.acquire(&self.pool).await {
+                Ok(conn) => conn,
+                Err(error) => {
+                    self.breaker.observe(&error);
+                    fail_all(batch, &error);
+                    return None;
+                }
+            };
+            let mut stale = false;
+            let result = self
+                .apply(&mut conn, &batch, &mut outcomes, &mut stale)
+                .await;
+            attempt += 1;
+            match result {
+                // A connection that died while pooled (the server restarted) fails the first
+                // statement, before anything happened: one more try on a new connection.
+                Err(error) if stale && attempt == 1 => {
+                    self.breaker.observe(&error);
+                    let _ = sqlx::Connection::close(conn.detach()).await;
+                    outcomes.clear();
+                }
+                result => break (conn, result),
+            }
+        };
         tracing::debug!(
             jobs = batch.len(),
             elapsed_us = started.elapsed().as_micros() as u64,
@@ -178,6 +195,7 @@ impl Writer {
         conn: &mut AnyConnection,
         batch: &[Job],
         outcomes: &mut Vec<Result<Outcome>>,
+        stale: &mut bool,
     ) -> Result<Applied> {
         let mut keys = Vec::new();
         for job in batch {
@@ -198,7 +216,13 @@ impl Writer {
             None => self.dialect.begin_and_lock.to_string(),
         };
         // No bind arguments: the simple protocol, which takes several statements at once.
-        let locked = conn.fetch_all(begin.as_str()).await.map_err(translate)?;
+        let locked = match conn.fetch_all(begin.as_str()).await {
+            Ok(rows) => rows,
+            Err(error) => {
+                *stale = connection_lost(&error);
+                return Err(translate(error));
+            }
+        };
         let meta = match locked.first().filter(|row| row.len() == 3) {
             Some(row) => Meta {
                 revision: row.try_get(0).map_err(translate)?,
