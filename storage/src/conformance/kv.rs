@@ -148,6 +148,61 @@ pub async fn range_honours_limit_count_keys_only_and_count_only(harness: &dyn Ha
     store.close().await;
 }
 
+/// Paging through a range at one revision, as kube-apiserver and etcd clients do (each page
+/// from just after the last key of the one before): every page's `count` is the rest of the
+/// range at that revision, also after later writes, and also for a page that does not follow
+/// on from the one before.
+pub async fn paged_reads_count_the_rest_of_the_range_at_their_revision(harness: &dyn Harness) {
+    let store = harness.open().await;
+    for index in 0..25 {
+        put(&*store, &format!("/p/{index:02}"), "v").await;
+    }
+    let pages = |revision: Revision, start: &'static str| {
+        let store = store.clone();
+        async move {
+            let mut counts = Vec::new();
+            let (mut start, mut revision) = (start.as_bytes().to_vec(), revision);
+            loop {
+                let page = store
+                    .range(
+                        RangeRequest::new(KeyRange::between(start.clone(), "/p0"))
+                            .with_limit(10)
+                            .at_revision(revision),
+                    )
+                    .await
+                    .unwrap();
+                counts.push((page.count, page.kvs.len()));
+                if revision == 0 {
+                    revision = page.revision;
+                }
+                match (page.more, page.kvs.last()) {
+                    (true, Some(last)) => {
+                        start = last.key.clone();
+                        start.push(0);
+                    }
+                    _ => return (counts, revision),
+                }
+            }
+        }
+    };
+    let (counts, at) = pages(0, "/p/").await;
+    assert_eq!(counts, [(25, 10), (15, 10), (5, 5)]);
+    // Later writes change the latest state, not what the old revision counts.
+    for index in 0..5 {
+        store
+            .delete(format!("/p/{index:02}").as_bytes(), None)
+            .await
+            .unwrap();
+    }
+    put(&*store, "/p/99", "v").await;
+    assert_eq!(pages(at, "/p/").await.0, [(25, 10), (15, 10), (5, 5)]);
+    assert_eq!(pages(0, "/p/").await.0, [(21, 10), (11, 10), (1, 1)]);
+    // A page that starts elsewhere than where the last one ended is counted as it is.
+    assert_eq!(pages(at, "/p/12").await.0, [(13, 10), (3, 3)]);
+    assert_eq!(pages(at, "/p/12").await.0, [(13, 10), (3, 3)]);
+    store.close().await;
+}
+
 pub async fn range_orders_keys_by_bytes(harness: &dyn Harness) {
     let store = harness.open().await;
     // Byte order, not any collation: 'B' < 'a' < 'b' < 'é' (0xc3 0xa9) < 0xff.

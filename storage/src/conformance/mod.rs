@@ -41,6 +41,7 @@ macro_rules! conformance_tests {
             create_fails_when_the_key_exists,
             get_reads_past_revisions_and_refuses_future_ones,
             range_honours_limit_count_keys_only_and_count_only,
+            paged_reads_count_the_rest_of_the_range_at_their_revision,
             range_orders_keys_by_bytes,
             update_is_compare_and_swap_returning_the_current_kv,
             delete_is_compare_and_swap_returning_the_current_kv,

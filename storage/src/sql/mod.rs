@@ -9,6 +9,7 @@
 mod breaker;
 mod dialect;
 mod leases;
+mod page_counts;
 mod poller;
 mod reader;
 mod setup;
@@ -290,6 +291,7 @@ impl SqlStore {
             pool: read_pool,
             dialect,
             breaker: breaker.clone(),
+            page_counts: Default::default(),
         });
         let meta = reader.meta().await?;
         let hub = Hub::new(meta.revision, RING_EVENTS);

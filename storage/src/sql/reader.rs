@@ -11,6 +11,7 @@ use sqlx::{AnyConnection, AnyPool};
 
 use super::breaker::Breaker;
 use super::dialect::Dialect;
+use super::page_counts::PageCounts;
 use super::translate;
 use crate::error::{Error, Result};
 use crate::hub::Committed;
@@ -265,6 +266,8 @@ pub(crate) struct Reader {
     pub dialect: &'static Dialect,
     /// Fails acquires at once while the server is down.
     pub breaker: Arc<Breaker>,
+    /// Counts of the rest of paged reads in progress, so later pages need not count again.
+    pub page_counts: PageCounts,
 }
 
 impl Reader {
@@ -355,16 +358,27 @@ impl Reader {
         let more = request.limit > 0 && kvs.len() as i64 > request.limit;
         let count = if more {
             kvs.truncate(request.limit as usize);
-            let count_sql = if bounded {
-                self.dialect.count_bounded
-            } else {
-                self.dialect.count_unbounded
+            let count = match self.page_counts.take(&start, &end, revision) {
+                Some(count) => count,
+                None => {
+                    let count_sql = if bounded {
+                        self.dialect.count_bounded
+                    } else {
+                        self.dialect.count_unbounded
+                    };
+                    let count = count_at(&mut conn, count_sql, &start, &end, revision).await?;
+                    // Compaction may have run between the two statements.
+                    read_meta(&mut conn, self.dialect.read_meta)
+                        .await?
+                        .ensure_readable(revision)?;
+                    count
+                }
             };
-            let count = count_at(&mut conn, count_sql, &start, &end, revision).await?;
-            // Compaction may have run between the two statements.
-            read_meta(&mut conn, self.dialect.read_meta)
-                .await?
-                .ensure_readable(revision)?;
+            if let Some(last) = kvs.last() {
+                let remaining = count - kvs.len() as i64;
+                self.page_counts
+                    .remember(&last.key, &end, revision, remaining);
+            }
             count
         } else {
             kvs.len() as i64
