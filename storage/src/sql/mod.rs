@@ -46,7 +46,7 @@ use writer::Writer;
 
 /// How many recent events the hub keeps for watchers that start slightly in the past.
 const RING_EVENTS: usize = 10_000;
-/// A writer's pooled connection idle at least this long is pinged before it is handed out.
+/// A pooled connection idle at least this long is pinged before it is handed out.
 const PING_WHEN_IDLE_FOR: Duration = Duration::from_secs(1);
 /// The longest key the SQL drivers store: PostgreSQL's index entries must stay under about
 /// 2.7 KB, and no Kubernetes key comes close (a namespaced name is at most ~350 bytes).
@@ -234,11 +234,10 @@ impl SqlStore {
         sqlx::any::install_default_drivers();
         probe(dialect, &connection).await?;
         let setup = Arc::new(connection.setup);
-        // The reader's connections are pinged before every use, so a read never fails on a
-        // connection that died in the pool; the writer's only after a second idle, since it
-        // runs one batch after another and retries a batch whose first statement finds its
-        // connection dead.
-        let pool_options = |max: u32, ping_always: bool| {
+        // Connections are pinged only after a second idle (a ping is a round trip): a read
+        // that finds its connection gone is repeated on another, and so is a write batch
+        // whose first statement does.
+        let pool_options = |max: u32| {
             let setup = setup.clone();
             AnyPoolOptions::new()
                 .max_connections(max)
@@ -248,8 +247,7 @@ impl SqlStore {
                 .test_before_acquire(false)
                 .before_acquire(move |conn, meta| {
                     Box::pin(async move {
-                        let idle = ping_always || meta.idle_for >= PING_WHEN_IDLE_FOR;
-                        if dialect.name == "sqlite" || !idle {
+                        if dialect.name == "sqlite" || meta.idle_for < PING_WHEN_IDLE_FOR {
                             return Ok(true);
                         }
                         // A failed ping drops this connection; the pool opens another.
@@ -266,7 +264,7 @@ impl SqlStore {
                     })
                 })
         };
-        let write_pool = pool_options(1, false)
+        let write_pool = pool_options(1)
             .connect_with(connection.options.clone())
             .await
             .map_err(translate)?;
@@ -282,7 +280,7 @@ impl SqlStore {
             connection.connect_timeout,
             shutdown.clone(),
         );
-        let read_pool = pool_options(connection.max_readers, true)
+        let read_pool = pool_options(connection.max_readers)
             .connect_with(connection.options)
             .await
             .map_err(translate)?;
@@ -495,6 +493,19 @@ pub(crate) fn connection_lost(error: &sqlx::Error) -> bool {
             // Administrator or crash shutdown.
             None => matches!(db.code().as_deref(), Some("57P01" | "57P02")),
         },
+        _ => false,
+    }
+}
+
+/// Whether a translated error came from a connection that was gone ([`connection_lost`]).
+pub(crate) fn lost_connection(error: &Error) -> bool {
+    match error {
+        Error::Unavailable {
+            source: Some(source),
+            ..
+        } => source
+            .downcast_ref::<sqlx::Error>()
+            .is_some_and(connection_lost),
         _ => false,
     }
 }

@@ -12,7 +12,7 @@ use sqlx::{AnyConnection, AnyPool};
 use super::breaker::Breaker;
 use super::dialect::Dialect;
 use super::page_counts::PageCounts;
-use super::translate;
+use super::{lost_connection, translate};
 use crate::error::{Error, Result};
 use crate::hub::Committed;
 use crate::log::{group_by_revision, LatestRow, LeaseRow};
@@ -275,9 +275,32 @@ impl Reader {
         self.breaker.acquire(&self.pool).await
     }
 
+    /// Runs a read, and again on another connection while its connection turns out to be
+    /// gone (the server restarted since it was last used; every pooled connection may be):
+    /// reads can be repeated, and pooled connections are pinged only after a second idle (a
+    /// round trip saved on every read).
+    async fn retrying<T, F, Fut>(&self, read: F) -> Result<T>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        // A dead connection is dropped when its read fails, so the pool runs out of them.
+        let attempts = self.pool.options().get_max_connections() + 1;
+        let mut attempt = 1;
+        loop {
+            match read().await {
+                Err(error) if lost_connection(&error) && attempt < attempts => attempt += 1,
+                result => return result,
+            }
+        }
+    }
+
     pub async fn meta(&self) -> Result<Meta> {
-        let mut conn = self.conn().await?;
-        read_meta(&mut conn, self.dialect.read_meta).await
+        self.retrying(|| async {
+            let mut conn = self.conn().await?;
+            read_meta(&mut conn, self.dialect.read_meta).await
+        })
+        .await
     }
 
     /// Checks a requested revision against the store's counters.
@@ -296,6 +319,10 @@ impl Reader {
     }
 
     pub async fn range(&self, request: &RangeRequest) -> Result<RangeResponse> {
+        self.retrying(|| self.range_once(request)).await
+    }
+
+    async fn range_once(&self, request: &RangeRequest) -> Result<RangeResponse> {
         let mut conn = self.conn().await?;
         if request.count_only {
             return self.count(&mut conn, request).await;
@@ -429,60 +456,81 @@ impl Reader {
         after: Revision,
         upto: Revision,
     ) -> Result<Vec<Committed>> {
-        let mut conn = self.conn().await?;
-        events_between(&mut conn, self.dialect, range, after, upto).await
+        self.retrying(|| async {
+            let mut conn = self.conn().await?;
+            events_between(&mut conn, self.dialect, range, after, upto).await
+        })
+        .await
     }
 
     pub async fn db_size(&self) -> Result<i64> {
-        let row = sqlx::query(self.dialect.db_size)
-            .fetch_one(&mut *self.conn().await?)
-            .await
-            .map_err(translate)?;
-        row.try_get(0).map_err(translate)
+        self.retrying(|| async {
+            let row = sqlx::query(self.dialect.db_size)
+                .fetch_one(&mut *self.conn().await?)
+                .await
+                .map_err(translate)?;
+            row.try_get(0).map_err(translate)
+        })
+        .await
     }
 
     /// The database's clock, in milliseconds since the Unix epoch.
     pub async fn database_now_ms(&self) -> Result<i64> {
-        let row = sqlx::query(self.dialect.database_now_ms)
-            .fetch_one(&mut *self.conn().await?)
-            .await
-            .map_err(translate)?;
-        row.try_get(0).map_err(translate)
+        self.retrying(|| async {
+            let row = sqlx::query(self.dialect.database_now_ms)
+                .fetch_one(&mut *self.conn().await?)
+                .await
+                .map_err(translate)?;
+            row.try_get(0).map_err(translate)
+        })
+        .await
     }
 
     pub async fn server_version(&self) -> Result<String> {
-        let row = sqlx::query(self.dialect.server_version)
-            .fetch_one(&mut *self.conn().await?)
-            .await
-            .map_err(translate)?;
-        row.try_get(0).map_err(translate)
+        self.retrying(|| async {
+            let row = sqlx::query(self.dialect.server_version)
+                .fetch_one(&mut *self.conn().await?)
+                .await
+                .map_err(translate)?;
+            row.try_get(0).map_err(translate)
+        })
+        .await
     }
 
     /// A lease's row, by the database's clock.
     pub async fn lease(&self, id: LeaseId) -> Result<Option<LeaseRow>> {
-        let mut conn = self.conn().await?;
-        read_lease(&mut conn, self.dialect, id).await
+        self.retrying(|| async {
+            let mut conn = self.conn().await?;
+            read_lease(&mut conn, self.dialect, id).await
+        })
+        .await
     }
 
     pub async fn lease_keys(&self, id: LeaseId) -> Result<Vec<Vec<u8>>> {
-        let rows = sqlx::query(self.dialect.lease_keys)
-            .bind(id)
-            .fetch_all(&mut *self.conn().await?)
-            .await
-            .map_err(translate)?;
-        rows.iter()
-            .map(|row| row.try_get(0).map_err(translate))
-            .collect()
+        self.retrying(|| async {
+            let rows = sqlx::query(self.dialect.lease_keys)
+                .bind(id)
+                .fetch_all(&mut *self.conn().await?)
+                .await
+                .map_err(translate)?;
+            rows.iter()
+                .map(|row| row.try_get(0).map_err(translate))
+                .collect()
+        })
+        .await
     }
 
     pub async fn ids(&self, sql: &'static str) -> Result<Vec<LeaseId>> {
-        let rows = sqlx::query(sql)
-            .fetch_all(&mut *self.conn().await?)
-            .await
-            .map_err(translate)?;
-        rows.iter()
-            .map(|row| row.try_get(0).map_err(translate))
-            .collect()
+        self.retrying(|| async {
+            let rows = sqlx::query(sql)
+                .fetch_all(&mut *self.conn().await?)
+                .await
+                .map_err(translate)?;
+            rows.iter()
+                .map(|row| row.try_get(0).map_err(translate))
+                .collect()
+        })
+        .await
     }
 }
 
