@@ -65,7 +65,7 @@ impl Workload {
 /// The sizes of the workloads (per subject and round unless said otherwise).
 #[derive(Clone, Debug, Serialize)]
 pub struct Params {
-    /// Concurrent clients for create, update, get and the untimed writes.
+    /// Concurrent clients for create, update and get (the untimed writes use at least 16).
     pub writers: usize,
     pub value_size: usize,
     /// Keys created per round; also the key set that updates and gets work on.
@@ -148,13 +148,20 @@ pub async fn setup(
     }
     for (prefix, count) in prefixes {
         let value = value.clone();
-        spread(store, params.writers, count, progress, move |store, i| {
-            let value = value.clone();
-            async move {
-                store.put(key(prefix, i).as_bytes(), &value, 0).await?;
-                Ok(())
-            }
-        })
+        // Untimed, so never slower than 16 clients (a scaling run's 1-writer point included).
+        spread(
+            store,
+            params.writers.max(16),
+            count,
+            progress,
+            move |store, i| {
+                let value = value.clone();
+                async move {
+                    store.put(key(prefix, i).as_bytes(), &value, 0).await?;
+                    Ok(())
+                }
+            },
+        )
         .await
         .with_context(|| format!("writing the keys under {prefix}"))?;
     }
