@@ -307,15 +307,22 @@ spec:
         filler["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 137,
         "{filler}"
     );
-    let events = kubectl.ok(&[
-        "get",
-        "events",
-        "--field-selector",
-        "involvedObject.name=filler,reason=Evicted",
-        "-o",
-        "jsonpath={.items[*].message}",
-    ]);
-    assert!(events.contains("Usage of EmptyDir volume"), "{events}");
+    // Events are recorded apart from the status (best effort, as upstream's recorder): the
+    // kubelet sends this one first, but its create may still be on its way.
+    let evicted = || {
+        kubectl.ok(&[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=filler,reason=Evicted",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ])
+    };
+    until("the Evicted event is listed", 30, || {
+        evicted().contains("Usage of EmptyDir volume")
+    })
+    .await;
     // Its container stays until the pod is deleted: its logs can still be read.
     let logs = kubectl.ok(&["logs", "filler"]);
     assert!(logs.contains("records out"), "{logs}");
