@@ -7,9 +7,9 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 rudder_install_packages protobuf-compiler etcd-server etcd-client postgresql-client
 dir=/tmp/rudder-bench-containerd
-# rudder_stop_services exits with the status it finds: containerd is stopped first, and the
-# bench's status is handed on.
-trap 'rc=$?; scripts/containerd.sh stop "$dir"; (exit $rc); rudder_stop_services' EXIT
+# containerd is stopped first, and the bench's status is handed to rudder_stop_services,
+# which exits with it.
+trap 'rc=$?; scripts/containerd.sh stop "$dir" || true; rudder_stop_services "$rc"' EXIT
 rudder_start_etcd
 rudder_start_postgres
 socket=$(scripts/containerd.sh start "$dir" 10.244.78.0/24)

@@ -107,10 +107,11 @@ rudder_stop_spanner() {
   RUDDER_SPANNER_LOG=""
 }
 
-# Stops what rudder_start_etcd / rudder_start_postgres / rudder_start_spanner started, keeping
-# the exit status: use as `trap rudder_stop_services EXIT`.
+# Stops what rudder_start_etcd / rudder_start_postgres / rudder_start_spanner started and exits
+# with the status given as its argument, else the one it finds: use as
+# `trap rudder_stop_services EXIT`, or `trap '…; rudder_stop_services "$rc"' EXIT`.
 rudder_stop_services() {
-  local status=$?
+  local status=${1:-$?}
   rudder_stop_etcd
   rudder_stop_spanner
   rudder_stop_postgres

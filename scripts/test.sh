@@ -14,9 +14,10 @@ rudder_install_packages nftables iptables iproute2 util-linux
 rudder_install_python_packages kubernetes
 rudder_make_disk_room
 containerd_dir=/tmp/rudder-test-containerd
-# rudder_stop_services exits with the status it finds: what else is stopped goes first, and
-# the tests' status is handed on to it.
-trap 'rc=$?; scripts/containerd.sh stop "$containerd_dir"; scripts/containerd.sh stop "$containerd_dir-2"; (exit $rc); rudder_stop_services' EXIT
+# What else is stopped goes first, and the tests' status is handed to rudder_stop_services,
+# which exits with it. (Not by `(exit $rc)`: under `set -e` a failing status ended the trap
+# there, and a failed run left etcd and the Spanner emulator running.)
+trap 'rc=$?; scripts/containerd.sh stop "$containerd_dir" || true; scripts/containerd.sh stop "$containerd_dir-2" || true; rudder_stop_services "$rc"' EXIT
 # A run that was killed may have left them running.
 scripts/containerd.sh stop "$containerd_dir"
 scripts/containerd.sh stop "$containerd_dir-2"
