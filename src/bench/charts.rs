@@ -237,7 +237,7 @@ fn axis_label(value: f64, top: f64) -> String {
     format!("{value:.decimals$}")
 }
 
-fn failed(error: impl std::fmt::Display) -> anyhow::Error {
+pub(super) fn failed(error: impl std::fmt::Display) -> anyhow::Error {
     anyhow!("{error}")
 }
 

@@ -8,12 +8,13 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
 use comfy_table::{presets, CellAlignment, Table};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use serde::Serialize;
 
+use super::charts::failed;
 use super::report::{format_rate, format_ratio, Machine, Row};
 use super::workloads::Params;
 
@@ -415,10 +416,6 @@ fn draw<DB: DrawingBackend>(
     }
     root.present().map_err(failed)?;
     Ok(())
-}
-
-fn failed(error: impl std::fmt::Display) -> anyhow::Error {
-    anyhow!("{error}")
 }
 
 #[cfg(test)]
