@@ -27,6 +27,7 @@ mod storage_check;
 mod storage_copy;
 mod storage_get;
 mod storage_history;
+mod telemetry;
 mod token;
 
 use std::process::ExitCode;
@@ -170,17 +171,29 @@ fn shutdown_on_signal() -> CancellationToken {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let tracing = match &cli.command {
+        Command::Server(args) => args.tracing_config_file.as_deref(),
+        _ => None,
+    };
+    let telemetry = {
+        // The span exporter's gRPC channel is made on the runtime.
+        let _entered = runtime.enter();
+        tracing
+            .map(telemetry::TracingConfig::load)
+            .transpose()
+            .and_then(|config| telemetry::init(config.as_ref(), "apiserver"))
+    };
+    let telemetry = match telemetry {
+        Ok(telemetry) => telemetry,
+        Err(error) => {
+            eprintln!("error: {error:#}");
             return ExitCode::FAILURE;
         }
     };
@@ -245,6 +258,7 @@ fn main() -> ExitCode {
             } => bench::controllers::run(args).await,
         }
     });
+    telemetry.shutdown();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

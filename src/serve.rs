@@ -140,6 +140,11 @@ pub struct ServerArgs {
     /// How often an automatically reloaded encryption configuration is checked.
     #[arg(long, default_value = "1m", value_parser = parse_interval, hide = true)]
     encryption_provider_config_reload_interval: std::time::Duration,
+    /// OpenTelemetry tracing: a TracingConfiguration (apiserver.config.k8s.io/v1beta1 or v1)
+    /// with the collector's OTLP/gRPC `endpoint` and `samplingRatePerMillion`; requests whose
+    /// client sends a sampled W3C `traceparent` are traced whatever the rate.
+    #[arg(long)]
+    pub(crate) tracing_config_file: Option<PathBuf>,
     /// Serve lists and the initial state of watches from memory, each resource's objects kept
     /// current by one storage watch; false: every read goes to the store.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]

@@ -29,6 +29,7 @@ pub use pod_security::{Level, Modes, PodSecurity};
 
 use async_trait::async_trait;
 use serde_json::Value;
+use tracing::Instrument;
 
 /// The operation being admitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -177,10 +178,14 @@ impl Chain {
         mut object: Option<&mut Value>,
         old: Option<&Value>,
     ) -> Result<(), Denied> {
-        for plugin in &self.mutating {
-            plugin.admit(attributes, object.as_deref_mut(), old).await?;
+        async {
+            for plugin in &self.mutating {
+                plugin.admit(attributes, object.as_deref_mut(), old).await?;
+            }
+            Ok(())
         }
-        Ok(())
+        .instrument(tracing::debug_span!("admission.mutate"))
+        .await
     }
 
     /// The validating phase, on the object as it will be written.
@@ -190,10 +195,14 @@ impl Chain {
         object: Option<&Value>,
         old: Option<&Value>,
     ) -> Result<(), Denied> {
-        for plugin in &self.validating {
-            plugin.validate(attributes, object, old).await?;
+        async {
+            for plugin in &self.validating {
+                plugin.validate(attributes, object, old).await?;
+            }
+            Ok(())
         }
-        Ok(())
+        .instrument(tracing::debug_span!("admission.validate"))
+        .await
     }
 }
 

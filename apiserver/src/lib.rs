@@ -38,6 +38,7 @@ pub mod selectors;
 pub mod server;
 pub mod tables;
 pub mod tls;
+mod tracing_context;
 pub mod validation;
 pub mod values;
 pub mod webhooks;

@@ -190,6 +190,7 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
             certificates.as_deref().map(Vec::as_slice),
             authorization.as_deref(),
         )
+        .instrument(tracing::debug_span!("authentication"))
         .await;
     let requester = match user {
         Ok(Some(user)) => user,
@@ -320,18 +321,31 @@ async fn observe(State(state): State<AppState>, mut request: Request, next: Next
         .get::<ConnectInfo<SocketAddr>>()
         .map(|info| info.0.to_string())
         .unwrap_or_default();
+    let user_agent = request
+        .headers()
+        .get(http::header::USER_AGENT)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    // The span's fields carry OpenTelemetry's HTTP names: with `--tracing-config-file` they
+    // are the exported span's attributes (`otel.name` its name, as upstream's "KubernetesAPI").
     let span = tracing::info_span!(
         "request",
-        %method,
-        path = %path,
-        remote = %remote,
+        otel.name = "KubernetesAPI",
+        otel.kind = "server",
+        http.method = %method,
+        http.target = %path,
+        http.user_agent = %user_agent,
+        net.peer = %remote,
+        audit_id = %audit_id,
         user = tracing::field::Empty,
         impersonated_by = tracing::field::Empty,
         resource = tracing::field::Empty,
         namespace = tracing::field::Empty,
-        status = tracing::field::Empty,
+        http.status_code = tracing::field::Empty,
         latency_ms = tracing::field::Empty,
     );
+    crate::tracing_context::continue_remote_trace(&span, request.headers());
     let served = std::panic::AssertUnwindSafe(next.run(request).instrument(span.clone()))
         .catch_unwind()
         .await;
@@ -353,7 +367,7 @@ async fn observe(State(state): State<AppState>, mut request: Request, next: Next
     }
     let elapsed = started.elapsed();
     let status = response.status().as_u16();
-    span.record("status", status);
+    span.record("http.status_code", status);
     span.record("latency_ms", elapsed.as_secs_f64() * 1000.0);
     let labels = response
         .extensions()

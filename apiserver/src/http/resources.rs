@@ -186,7 +186,14 @@ pub(super) fn authorize(
         name,
         path: String::new(),
     };
-    match state.authorizer.authorize(&attributes) {
+    let decision = tracing::debug_span!(
+        "authorization",
+        verb = %attributes.verb,
+        resource = %attributes.resource,
+        subresource = %attributes.subresource,
+    )
+    .in_scope(|| state.authorizer.authorize(&attributes));
+    match decision {
         Decision::Allow { .. } => Ok(()),
         Decision::Deny { reason } => Err(ApiError::forbidden(denied(
             info,

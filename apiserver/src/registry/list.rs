@@ -5,6 +5,7 @@ use base64::Engine;
 use rudder_storage::{KeyRange, RangeRequest};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tracing::Instrument;
 
 use super::cache::Wanted;
 use super::keys::collection_prefix;
@@ -267,6 +268,7 @@ impl Registry {
             if let Some(wanted) = cache_read(&prefix, options)? {
                 if let Some(listed) = cache
                     .list(info, &prefix, &filter, wanted, options.limit)
+                    .instrument(tracing::debug_span!("watch_cache.list"))
                     .await
                 {
                     return Ok(listed);

@@ -165,12 +165,13 @@ async fn exchange(
         Some(sender) => sender,
         None => connect(target, ca_bundle).await?,
     };
-    let request = http::Request::post(target.path.as_str())
+    let mut request = http::Request::post(target.path.as_str())
         .header(http::header::HOST, target.authority.as_str())
         .header(http::header::CONTENT_TYPE, "application/json")
         .header(http::header::ACCEPT, "application/json")
         .body(Full::new(Bytes::from(body)))
         .map_err(|error| error.to_string())?;
+    crate::tracing_context::propagate_current_trace(request.headers_mut());
     let response = sender
         .send_request(request)
         .await

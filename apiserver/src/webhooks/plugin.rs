@@ -16,6 +16,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use base64::Engine;
 use serde_json::{json, Value};
+use tracing::Instrument;
 
 use rudder_admission::{Attributes, Denied, Mutating, Operation, Validating};
 
@@ -241,7 +242,9 @@ impl Webhooks {
         let target = self.target(&webhook["clientConfig"]).await?;
         let timeout = Duration::from_secs(webhook["timeoutSeconds"].as_u64().unwrap_or(10));
         let ca_bundle = webhook["clientConfig"]["caBundle"].as_str();
-        let answer = post(&target, ca_bundle, &review, timeout).await?;
+        let answer = post(&target, ca_bundle, &review, timeout)
+            .instrument(tracing::debug_span!("admission.webhook", webhook = name))
+            .await?;
         let response = &answer["response"];
         if response["uid"].as_str() != Some(uid.as_str()) {
             return Err(format!(

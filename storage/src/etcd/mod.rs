@@ -13,6 +13,7 @@ mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 use async_trait::async_trait;
 use etcd_client::proto::{PbKeyValue, PbTxnOpResponse};
@@ -309,6 +310,11 @@ impl EtcdStore {
     }
 }
 
+/// A span per etcd RPC attempt, named as gRPC's instrumentation names them.
+fn rpc_span(method: &'static str) -> tracing::Span {
+    tracing::debug_span!("etcd.rpc", otel.name = method, rpc.system = "grpc")
+}
+
 #[async_trait]
 impl Storage for EtcdStore {
     async fn range(&self, request: RangeRequest) -> Result<RangeResponse> {
@@ -320,6 +326,7 @@ impl Storage for EtcdStore {
                 .max_decoding_message_size(MAX_RESPONSE_BYTES);
             let (key, options) = (key.clone(), options.clone());
             async move { kv.get(key, Some(options)).await }
+                .instrument(rpc_span("etcdserverpb.KV/Range"))
         })
         .await
         .map_err(translate)?;
@@ -339,7 +346,7 @@ impl Storage for EtcdStore {
                 .kv_client()
                 .max_decoding_message_size(MAX_RESPONSE_BYTES);
             let txn = txn.clone();
-            async move { kv.txn(txn).await }
+            async move { kv.txn(txn).await }.instrument(rpc_span("etcdserverpb.KV/Txn"))
         })
         .await
         .map_err(translate)?;

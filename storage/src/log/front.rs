@@ -45,7 +45,13 @@ impl Jobs {
 
     pub async fn txn(&self, request: TxnRequest) -> Result<TxnResponse> {
         crate::sql::check_txn_limits(&request)?;
-        self.submit(|reply| Job::Txn { request, reply }).await
+        let caller = tracing::Span::current();
+        self.submit(|reply| Job::Txn {
+            request,
+            reply,
+            caller,
+        })
+        .await
     }
 
     pub async fn compact(&self, revision: Revision) -> Result<()> {

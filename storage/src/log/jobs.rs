@@ -17,6 +17,9 @@ pub(crate) enum Job {
     Txn {
         request: TxnRequest,
         reply: oneshot::Sender<Result<TxnResponse>>,
+        /// The caller's span: the batch that applies the transaction is traced under the
+        /// first of its callers' spans.
+        caller: tracing::Span,
     },
     /// Grants a lease; `id` `None` lets the writer pick an unused one.
     LeaseGrant {
@@ -224,6 +227,16 @@ pub(crate) fn fail_all(batch: Vec<Job>, error: &Error) {
         };
         reply(job, Err(copy));
     }
+}
+
+/// The span a batch of `jobs` is traced under: the first transaction's caller's, else none.
+pub(crate) fn batch_parent(jobs: &[Job]) -> tracing::Span {
+    jobs.iter()
+        .find_map(|job| match job {
+            Job::Txn { caller, .. } if !caller.is_disabled() => Some(caller.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(tracing::Span::none)
 }
 
 #[cfg(test)]

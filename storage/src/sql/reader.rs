@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
+use tracing::Instrument;
 
 use async_trait::async_trait;
 use sqlx::any::AnyRow;
@@ -345,6 +346,10 @@ impl Reader {
             .bind(request.revision.max(0))
             .bind(fetch)
             .fetch_all(&mut *conn)
+            .instrument(tracing::debug_span!(
+                "sql.range",
+                driver = self.dialect.name
+            ))
             .await
             .map_err(translate)?;
         let mut meta = None;
@@ -393,7 +398,12 @@ impl Reader {
                     } else {
                         self.dialect.count_unbounded
                     };
-                    let count = count_at(&mut conn, count_sql, &start, &end, revision).await?;
+                    let count = count_at(&mut conn, count_sql, &start, &end, revision)
+                        .instrument(tracing::debug_span!(
+                            "sql.count",
+                            driver = self.dialect.name
+                        ))
+                        .await?;
                     // Compaction may have run between the two statements.
                     read_meta(&mut conn, self.dialect.read_meta)
                         .await?
@@ -435,6 +445,10 @@ impl Reader {
             .bind(end)
             .bind(request.revision.max(0))
             .fetch_one(&mut *conn)
+            .instrument(tracing::debug_span!(
+                "sql.count",
+                driver = self.dialect.name
+            ))
             .await
             .map_err(translate)?;
         let meta = Meta {

@@ -23,6 +23,7 @@ use sqlx::{AnyConnection, AnyPool};
 use sqlx::{Executor, Row};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::breaker::Breaker;
 use super::dialect::finish_write;
@@ -32,7 +33,7 @@ use super::txn::Batch;
 use super::{connection_lost, translate};
 use crate::error::{Error, Result};
 use crate::log::group_by_revision;
-use crate::log::jobs::{apply_job, fail_all, reply, Job, JobDone, Outcome};
+use crate::log::jobs::{apply_job, batch_parent, fail_all, reply, Job, JobDone, Outcome};
 use crate::log::poller::Handoffs;
 use crate::log::txn::{keys_of, may_fail_midway};
 use crate::types::*;
@@ -142,8 +143,17 @@ impl Writer {
                 }
             };
             let mut stale = false;
+            let span = batch_parent(&batch).in_scope(|| {
+                tracing::debug_span!(
+                    "sql.batch",
+                    driver = self.dialect.name,
+                    jobs = batch.len(),
+                    attempt
+                )
+            });
             let result = self
                 .apply(&mut conn, &batch, &mut outcomes, &mut stale)
+                .instrument(span)
                 .await;
             attempt += 1;
             match result {
@@ -216,7 +226,8 @@ impl Writer {
             None => self.dialect.begin_and_lock.to_string(),
         };
         // No bind arguments: the simple protocol, which takes several statements at once.
-        let locked = match conn.fetch_all(begin.as_str()).await {
+        let lock = tracing::debug_span!("sql.begin_and_lock", keys = keys.len());
+        let locked = match conn.fetch_all(begin.as_str()).instrument(lock).await {
             Ok(rows) => rows,
             Err(error) => {
                 *stale = connection_lost(&error);
@@ -319,7 +330,10 @@ impl Writer {
         if wrote {
             self.handoffs.committing(revision);
         }
-        conn.execute(finish.as_str()).await.map_err(translate)?;
+        conn.execute(finish.as_str())
+            .instrument(tracing::debug_span!("sql.commit"))
+            .await
+            .map_err(translate)?;
         let written = wrote.then_some(Written {
             after: meta.revision,
             upto: revision,
