@@ -137,7 +137,7 @@ resources:
     )
     .expect("the plugin may start after the server");
     let chain = encryption.chain_for("", "secrets").expect("covered");
-    let error = chain.seal(b"v".to_vec(), KEY).err().expect("no seed");
+    let error = chain.seal(b"v".to_vec(), KEY).expect_err("no seed");
     let error = error.to_string();
     assert!(
         error.contains("k8s:enc:kms:v2:p:") && error.contains("unix:///nonexistent/kms.sock"),

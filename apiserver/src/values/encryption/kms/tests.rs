@@ -269,13 +269,13 @@ async fn an_unhealthy_plugin_is_reported_and_an_expired_seed_stops_writes() {
     let served = Served::start().await;
     let provider = KmsProvider::start(&served.config()).expect("starts");
     served.plugin.state().healthz = "disk full".into();
-    let error = provider.refresh().err().expect("unhealthy");
+    let error = provider.refresh().expect_err("unhealthy");
     assert!(error.contains("healthz \"disk full\""), "{error}");
     // Writes coast on the seed until its time is up, then fail with the last error.
     provider.seal(b"v", KEY).expect("still writable");
     let writer = provider.shared.writer().expect("a seed");
     *lock(&writer.writable_until) = Instant::now() - Duration::from_secs(1);
-    let error = provider.seal(b"v", KEY).err().expect("expired");
+    let error = provider.seal(b"v", KEY).expect_err("expired");
     assert!(
         error.contains("expired") && error.contains("disk full"),
         "{error}"
@@ -313,7 +313,7 @@ async fn with_the_plugin_down_writes_coast_and_unknown_seeds_fail_fast_and_clear
     );
     // A provider started while the plugin is down has no seed: nothing seals.
     let orphan = KmsProvider::start(&config).expect("starts anyway");
-    let error = orphan.seal(b"v", KEY).err().expect("no seed");
+    let error = orphan.seal(b"v", KEY).expect_err("no seed");
     assert!(
         error.contains("has not provided a DEK seed yet") && error.contains("Status"),
         "{error}"
