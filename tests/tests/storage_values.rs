@@ -411,12 +411,17 @@ impl KmsPlugin {
             .stderr(log)
             .spawn()
             .unwrap();
-        rudder_tests::eventually("the KMS plugin's socket", Duration::from_secs(20), || {
-            let exists = socket.exists();
-            async move { exists }
-        })
-        .await;
-        Self { child }
+        let mut plugin = Self { child };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !socket.exists() {
+            let exited = plugin.child.try_wait().unwrap();
+            if exited.is_some() || std::time::Instant::now() > deadline {
+                let log = std::fs::read_to_string(dir.join("kms-plugin.log")).unwrap_or_default();
+                panic!("the KMS plugin did not serve ({exited:?}):\n{log}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        plugin
     }
 
     fn stop(mut self) {
