@@ -2,7 +2,8 @@
 //!
 //! `server` (the Kubernetes API over a store), `kubeconfig` (print its admin kubeconfig),
 //! `controller-manager` (the controllers alone, through a kubeconfig),
-//! `etcd` (the etcd v3 gateway over a store), `version`, `storage check` (open a storage URL,
+//! `etcd` (the etcd v3 gateway over a store), `kms-plugin` (a KMS v2 plugin with local keys, to
+//! try encryption at rest through KMS), `version`, `storage check` (open a storage URL,
 //! apply migrations, print the store's status), `storage migrate` and `storage snapshot` (copy a
 //! store to another driver or to a file, revisions kept), `storage check-history` (record
 //! concurrent histories against a store and check them for linearizability), and the benchmarks — `bench storage` (the
@@ -19,6 +20,7 @@ mod bench;
 mod controller_manager;
 mod gateway;
 mod image;
+mod kms_plugin;
 mod network;
 mod scheduler;
 mod serve;
@@ -66,6 +68,9 @@ enum Command {
         #[command(subcommand)]
         command: image::ImageCommand,
     },
+    /// Serve a KMS v2 plugin with local keys on a unix socket, for the `kms` provider of an
+    /// EncryptionConfiguration without a cloud KMS (a test tool: as safe as its key file).
+    KmsPlugin(kms_plugin::KmsPluginArgs),
     /// Bootstrap tokens for joining nodes (`create`, `join-command`).
     Token {
         #[command(subcommand)]
@@ -209,6 +214,7 @@ fn main() -> ExitCode {
             Command::Image { command } => image::run(command).await,
             Command::Kubeconfig(args) => serve::kubeconfig(args),
             Command::Token { command } => token::run(command).await,
+            Command::KmsPlugin(args) => kms_plugin::run(args, shutdown_on_signal()).await,
             Command::Version => {
                 println!("rudder {}", env!("CARGO_PKG_VERSION"));
                 println!("storage drivers: sqlite, postgres, mysql, spanner, etcd");

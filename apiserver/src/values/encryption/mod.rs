@@ -6,10 +6,12 @@
 //! `identity`). The first transformer of the rule that covers a resource seals what is
 //! written; reading tries each transformer whose prefix the value carries, so reordering keys
 //! rotates them (new writes use the new first key, old values stay readable until rewritten).
-//! A resource no rule covers is stored as it is. See docs/encryption.md.
+//! A `kms` provider (v2) is one transformer, `k8s:enc:kms:v2:<name>:`, backed by an external
+//! plugin ([`kms`]). A resource no rule covers is stored as it is. See docs/storage-layer.md.
 
 mod ciphers;
 pub mod config;
+pub mod kms;
 mod reload;
 
 use std::borrow::Cow;
@@ -21,6 +23,7 @@ pub use reload::{spawn_reload, ReloadMetrics};
 
 use ciphers::Cipher;
 use config::{Pattern, Provider};
+use kms::KmsProvider;
 
 /// What every encrypted value starts with.
 pub const ENCRYPTED_PREFIX: &[u8] = b"k8s:enc:";
@@ -44,10 +47,20 @@ pub enum EncryptionError {
 struct Transformer {
     /// `k8s:enc:aesgcm:v1:key1:`; empty for identity.
     prefix: String,
-    /// The provider's prefix without the key name, as metrics label it (`identity` for none).
+    /// The provider's prefix without the key name, as metrics label it (`identity` for none;
+    /// a KMS provider's whole prefix, name included, as upstream).
     label: String,
-    /// `None`: identity.
-    cipher: Option<Cipher>,
+    sealer: Sealer,
+}
+
+/// What a transformer does to values.
+enum Sealer {
+    /// Nothing: values are stored as they are.
+    Identity,
+    /// A local key.
+    Cipher(Cipher),
+    /// A KMS v2 plugin's envelope.
+    Kms(KmsProvider),
 }
 
 /// The transformers of one rule, the writer first.
@@ -75,19 +88,22 @@ impl Chain {
                     transformers.push(Transformer {
                         prefix: String::new(),
                         label: "identity".into(),
-                        cipher: None,
+                        sealer: Sealer::Identity,
                     });
                     continue;
                 }
                 Provider::Kms(kms) => {
-                    return Err(format!(
-                        "kms provider {:?}: KMS v2 plugins are not supported by Rudder yet; use aesgcm, aescbc or secretbox",
-                        kms.name
-                    ))
+                    let provider = KmsProvider::start(kms)
+                        .map_err(|why| format!("kms provider {:?}: {why}", kms.name))?;
+                    let prefix = format!("k8s:enc:kms:v2:{}:", kms.name);
+                    transformers.push(Transformer {
+                        label: prefix.clone(),
+                        prefix,
+                        sealer: Sealer::Kms(provider),
+                    });
+                    continue;
                 }
-                Provider::AesGcm(keys) | Provider::AesCbc(keys) | Provider::Secretbox(keys) => {
-                    keys
-                }
+                Provider::AesGcm(keys) | Provider::AesCbc(keys) | Provider::Secretbox(keys) => keys,
             };
             for key in keys {
                 let cipher = match provider {
@@ -99,7 +115,7 @@ impl Chain {
                 transformers.push(Transformer {
                     prefix: format!("{label}{}:", key.name),
                     label: label.clone(),
-                    cipher: Some(cipher),
+                    sealer: Sealer::Cipher(cipher),
                 });
             }
         }
@@ -116,15 +132,15 @@ impl Chain {
         let Some(writer) = self.transformers.first() else {
             return Ok(plain);
         };
-        let Some(cipher) = &writer.cipher else {
-            return Ok(plain);
-        };
-        let sealed = cipher
-            .seal(&plain, key)
-            .map_err(|error| EncryptionError::Seal {
-                prefix: writer.prefix.clone(),
-                why: error.to_string(),
-            })?;
+        let sealed = match &writer.sealer {
+            Sealer::Identity => return Ok(plain),
+            Sealer::Cipher(cipher) => cipher.seal(&plain, key).map_err(|error| error.to_string()),
+            Sealer::Kms(kms) => kms.seal(&plain, key),
+        }
+        .map_err(|why| EncryptionError::Seal {
+            prefix: writer.prefix.clone(),
+            why,
+        })?;
         Ok([writer.prefix.as_bytes(), &sealed].concat())
     }
 
@@ -132,33 +148,38 @@ impl Chain {
     pub fn open<'a>(&'a self, stored: &'a [u8], key: &[u8]) -> Result<Opened<'a>, EncryptionError> {
         let encrypted = stored.starts_with(ENCRYPTED_PREFIX);
         for (index, transformer) in self.transformers.iter().enumerate() {
-            match &transformer.cipher {
-                None if !encrypted => {
+            if let Sealer::Identity = transformer.sealer {
+                if !encrypted {
                     return Ok(Opened {
                         plain: Cow::Borrowed(stored),
                         stale: index != 0,
                         label: &transformer.label,
-                    })
-                }
-                None => {}
-                Some(cipher) => {
-                    let Some(sealed) = stored.strip_prefix(transformer.prefix.as_bytes()) else {
-                        continue;
-                    };
-                    let plain =
-                        cipher
-                            .open(sealed, key)
-                            .map_err(|error| EncryptionError::Open {
-                                prefix: transformer.prefix.clone(),
-                                why: error.to_string(),
-                            })?;
-                    return Ok(Opened {
-                        plain: Cow::Owned(plain),
-                        stale: index != 0,
-                        label: &transformer.label,
                     });
                 }
+                continue;
             }
+            let Some(sealed) = stored.strip_prefix(transformer.prefix.as_bytes()) else {
+                continue;
+            };
+            let opened = match &transformer.sealer {
+                Sealer::Cipher(cipher) => cipher
+                    .open(sealed, key)
+                    .map(|plain| (plain, false))
+                    .map_err(|error| error.to_string()),
+                Sealer::Kms(kms) => kms
+                    .open(sealed, key)
+                    .map(|opened| (opened.plain, opened.stale)),
+                Sealer::Identity => continue,
+            };
+            let (plain, stale) = opened.map_err(|why| EncryptionError::Open {
+                prefix: transformer.prefix.clone(),
+                why,
+            })?;
+            return Ok(Opened {
+                plain: Cow::Owned(plain),
+                stale: stale || index != 0,
+                label: &transformer.label,
+            });
         }
         Err(EncryptionError::UnknownPrefix(describe_prefix(stored)))
     }
