@@ -240,7 +240,8 @@ impl Registry {
             } else {
                 Start::After(start_revision)
             };
-            if let Some(subscription) = cache.subscribe(info, start).await {
+            let trigger = cache.trigger(info, &filter);
+            if let Some(subscription) = cache.subscribe(info, start, trigger.as_deref()).await {
                 let watcher = CachedWatcher {
                     info,
                     filter,
@@ -432,7 +433,8 @@ impl CachedWatcher {
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
                         // Behind the broadcast: catch up from the window, or end (the client
                         // watches again from its last resourceVersion).
-                        let Some(again) = self.cache.subscribe(self.info, Start::After(last)).await else {
+                        let trigger = self.cache.trigger(self.info, &self.filter);
+                        let Some(again) = self.cache.subscribe(self.info, Start::After(last), trigger.as_deref()).await else {
                             return Ok(());
                         };
                         for batch in &again.backlog {

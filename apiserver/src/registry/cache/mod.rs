@@ -21,6 +21,8 @@
 //! - A watch that ends (compaction, a store restart) makes the cacher list again; its
 //!   watchers are ended (they re-watch from their last resourceVersion, as after any
 //!   dropped watch).
+//! - Pods are indexed by `spec.nodeName` (`index.rs`): a kubelet's LIST reads its node's
+//!   pods only, and its watch wakes only for batches that touch its node.
 //! - Kinds shown by one API in another API's stored form (events.k8s.io Events) are not
 //!   cached; `--watch-cache=false` turns the cache off.
 
@@ -35,6 +37,9 @@ use tokio::sync::{broadcast, watch, Notify};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+mod index;
+
+use self::index::{indexed_field, Index, Triggers};
 use super::decoded::Object;
 use super::list::{encode_continue, Filter, ListResult, Listed};
 use super::metrics::WatchMetrics;
@@ -121,6 +126,10 @@ struct State {
     floor: i64,
     /// The watchers of this generation of the cache (a new list starts a new one).
     watchers: broadcast::Sender<Arc<Batch>>,
+    /// The index of the resource's indexed field, if it has one.
+    index: Option<Index>,
+    /// The watchers of this generation that select one value of the indexed field.
+    triggers: Triggers,
 }
 
 impl Default for State {
@@ -133,6 +142,8 @@ impl Default for State {
             window_events: 0,
             floor: 0,
             watchers: broadcast::Sender::new(BROADCAST_BATCHES),
+            index: None,
+            triggers: Triggers::default(),
         }
     }
 }
@@ -152,8 +163,25 @@ impl State {
                 self.floor = oldest.revision;
             }
         }
+        if let Some(index) = &self.index {
+            self.triggers.publish(index, &batch);
+        }
         // No receiver is not an error: nobody watches yet.
         let _ = self.watchers.send(batch);
+    }
+
+    /// A receiver of this generation's batches: those that touch `trigger` when the resource
+    /// indexes the field it selects, else all.
+    fn receiver(&mut self, trigger: Option<&str>) -> broadcast::Receiver<Arc<Batch>> {
+        match (trigger, &self.index) {
+            (Some(value), Some(_)) => self.triggers.subscribe(value),
+            _ => self.watchers.subscribe(),
+        }
+    }
+
+    /// Every watcher of this generation, triggered or not.
+    fn watcher_count(&self) -> usize {
+        self.watchers.receiver_count() + self.triggers.receiver_count()
     }
 }
 
@@ -201,9 +229,13 @@ impl WatchCache {
         if let Some(cacher) = cachers.get(&(info.storage_prefix, info.version)) {
             return Some(cacher.clone());
         }
+        let state = State {
+            index: indexed_field(info).map(|field| Index::new(field, info.strategy.fields())),
+            ..State::default()
+        };
         let cacher = Arc::new(Cacher {
             prefix: format!("{}/", info.storage_prefix).into_bytes(),
-            state: RwLock::default(),
+            state: RwLock::new(state),
             revision: watch::Sender::new(0),
             progress: Notify::new(),
         });
@@ -217,6 +249,13 @@ impl WatchCache {
             self.shutdown.clone(),
         ));
         Some(cacher)
+    }
+
+    /// The value of `info`'s indexed field that `filter` selects, if any: what a watch is
+    /// triggered by.
+    pub(super) fn trigger(&self, info: &ResourceInfo, filter: &Filter) -> Option<String> {
+        let field = indexed_field(info)?;
+        filter.fields.exact(field).map(str::to_string)
     }
 
     /// The store's revision now, as upstream learns it for a consistent read: a one-key
@@ -239,38 +278,48 @@ impl WatchCache {
         limit: Option<i64>,
     ) -> Option<ListResult> {
         let cacher = self.cacher(info)?;
-        let (objects, revision, start) = match wanted {
+        // A continue page is read from its list's snapshot of the objects; a first page may
+        // read the index instead.
+        let (objects, revision, start, index) = match wanted {
             Wanted::Continue(revision, start) => {
                 let objects = cacher.snapshot_at(revision)?;
-                (objects, revision, start)
+                (objects, revision, start, None)
             }
             Wanted::Any => {
                 cacher.wait_for(1).await?;
-                let (objects, revision) = cacher.current();
-                (objects, revision, prefix.to_vec())
+                let (objects, revision, index) = cacher.current();
+                (objects, revision, prefix.to_vec(), index)
             }
             Wanted::NotOlderThan(minimum) => {
                 cacher.wait_for(minimum.max(1)).await?;
-                let (objects, revision) = cacher.current();
-                (objects, revision, prefix.to_vec())
+                let (objects, revision, index) = cacher.current();
+                (objects, revision, prefix.to_vec(), index)
             }
             Wanted::Consistent => {
                 let current = self.current_revision(prefix).await?;
                 cacher.wait_for(current.max(1)).await?;
-                let (objects, revision) = cacher.current();
-                (objects, revision, prefix.to_vec())
+                let (objects, revision, index) = cacher.current();
+                (objects, revision, prefix.to_vec(), index)
             }
         };
         let end = rudder_storage::prefix_end(prefix);
         let mut items = Vec::new();
         let mut continue_token = None;
         let mut remaining = None;
-        let mut range = objects.range(start..end);
+        let selected = index
+            .as_ref()
+            .and_then(|index| Some((index, filter.fields.exact(index.field)?)));
+        let mut range: Box<dyn Iterator<Item = (&Vec<u8>, &Arc<Object>)>> = match selected {
+            Some((index, value)) => Box::new(index.range(value, &start, &end)),
+            None => Box::new(objects.range(start..end)),
+        };
+        // Only an unfiltered list can count what is left without reading it.
+        let countable = filter.is_empty();
         for (key, object) in range.by_ref() {
             if limit.is_some_and(|limit| items.len() as i64 >= limit) {
                 let relative = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
                 continue_token = Some(encode_continue(revision, &relative));
-                if filter.is_empty() {
+                if countable {
                     remaining = Some(1);
                 }
                 break;
@@ -280,10 +329,12 @@ impl WatchCache {
                 items.push(Listed::shared(object.clone()));
             }
         }
+        if let Some(counted) = remaining.as_mut() {
+            *counted += range.count() as i64;
+        } else {
+            drop(range);
+        }
         if continue_token.is_some() {
-            if let Some(counted) = remaining.as_mut() {
-                *counted += range.count() as i64;
-            }
             cacher.keep_snapshot(revision, objects);
         }
         Some(ListResult {
@@ -318,10 +369,13 @@ impl WatchCache {
     /// A watcher of `info` starting at `start`, or `None` when the store must serve the watch:
     /// the kind is not cached, the cache did not reach the revision in time, or the changes
     /// after the revision asked for are older than the window.
+    /// A watcher that selects `trigger`, one value of the resource's indexed field, receives
+    /// only the batches that touch that value.
     pub(super) async fn subscribe(
         &self,
         info: &'static ResourceInfo,
         start: Start,
+        trigger: Option<&str>,
     ) -> Option<Subscription> {
         let cacher = self.cacher(info)?;
         match start {
@@ -333,16 +387,16 @@ impl WatchCache {
                     Wanted::Continue(..) => return None,
                 };
                 cacher.wait_for(minimum).await?;
-                Some(cacher.read(|state| Subscription {
+                Some(cacher.write(|state| Subscription {
                     snapshot: Some(state.objects.clone()),
                     backlog: Vec::new(),
-                    receiver: state.watchers.subscribe(),
+                    receiver: state.receiver(trigger),
                     revision: state.revision,
                 }))
             }
             Start::After(revision) => {
                 cacher.wait_for(1).await?;
-                cacher.read(|state| {
+                cacher.write(|state| {
                     if revision < state.floor {
                         return None;
                     }
@@ -355,7 +409,7 @@ impl WatchCache {
                     Some(Subscription {
                         snapshot: None,
                         backlog,
-                        receiver: state.watchers.subscribe(),
+                        receiver: state.receiver(trigger),
                         revision,
                     })
                 })
@@ -374,17 +428,12 @@ impl Cacher {
         }
     }
 
-    fn current(&self) -> (Objects, i64) {
-        match self.state.read() {
-            Ok(state) => (state.objects.clone(), state.revision),
-            Err(poisoned) => {
-                let state = poisoned.into_inner();
-                (state.objects.clone(), state.revision)
-            }
-        }
+    /// The objects, the revision they are at and the index over them (all O(1) clones).
+    fn current(&self) -> (Objects, i64, Option<Index>) {
+        self.read(|state| (state.objects.clone(), state.revision, state.index.clone()))
     }
 
-    fn write(&self, change: impl FnOnce(&mut State)) {
+    fn write<T>(&self, change: impl FnOnce(&mut State) -> T) -> T {
         match self.state.write() {
             Ok(mut state) => change(&mut state),
             Err(poisoned) => change(&mut poisoned.into_inner()),
@@ -532,6 +581,13 @@ async fn list_all(
     }
     metrics.cache_initialized(info, objects.len(), revision);
     cacher.write(|state| {
+        if let Some(index) = state.index.as_mut() {
+            *index = Index::new(index.field, info.strategy.fields());
+            for (key, object) in &objects {
+                index.update(key, None, Some(object));
+            }
+        }
+        state.triggers = Triggers::default();
         state.objects = objects;
         state.revision = revision;
         state.snapshots.clear();
@@ -568,7 +624,7 @@ async fn follow(
             }
             _ = progress.tick() => {
                 // Only watchers need the cache to move on while the resource is quiet.
-                if cacher.read(|state| state.watchers.receiver_count()) > 0 {
+                if cacher.read(State::watcher_count) > 0 {
                     stream.request_progress();
                 }
                 continue;
@@ -606,17 +662,25 @@ async fn follow(
                     Some(object) => {
                         let new = Arc::new(object);
                         let old = state.objects.insert(key.clone(), new.clone());
+                        if let Some(index) = state.index.as_mut() {
+                            index.update(&key, old.as_ref(), Some(&new));
+                        }
                         Change::Put { new, old }
                     }
-                    None => match state.objects.remove(&key) {
-                        Some(old) => Change::Delete {
+                    None => {
+                        let Some(old) = state.objects.remove(&key) else {
+                            continue;
+                        };
+                        if let Some(index) = state.index.as_mut() {
+                            index.update(&key, Some(&old), None);
+                        }
+                        Change::Delete {
                             old: Arc::new(Object::new(object::with_resource_version(
                                 old.value.clone(),
                                 revision,
                             ))),
-                        },
-                        None => continue,
-                    },
+                        }
+                    }
                 };
                 events.push(CachedEvent {
                     key,
@@ -629,7 +693,7 @@ async fn follow(
             state.revision = reached;
             if moved || !events.is_empty() {
                 metrics.cache_applied(info, events.len(), state.objects.len(), reached);
-                metrics.cache_dispatched(info, state.watchers.receiver_count());
+                metrics.cache_dispatched(info, state.watcher_count());
                 state.publish(Batch {
                     revision: reached,
                     events,

@@ -352,3 +352,85 @@ fn the_window_keeps_the_latest_events_and_says_from_where() {
     });
     assert_eq!(state.window.len(), super::WINDOW_EVENTS);
 }
+
+/// Writes a pod bound to `node` ("" for none) straight to the store, as another server or
+/// the scheduler's binding would.
+async fn put_pod(storage: &dyn rudder_storage::Storage, name: &str, node: &str) {
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                     "metadata": {"name": name, "namespace": "default", "uid": name},
+                     "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]}});
+    storage
+        .put(
+            format!("/registry/pods/default/{name}").as_bytes(),
+            &serde_json::to_vec(&pod).expect("json"),
+            0,
+        )
+        .await
+        .expect("raw put");
+}
+
+#[tokio::test]
+async fn a_nodes_list_and_watch_see_its_pods_only() {
+    use crate::registry::WatchEventKind::*;
+    let (registry, storage, _dir) = cached_registry().await;
+    let pods = catalog::find("", "v1", "pods").expect("served");
+    for (name, node) in [("a", "n1"), ("b", "n2"), ("c", "n1"), ("d", "")] {
+        put_pod(storage.as_ref(), name, node).await;
+    }
+    let mut on_n1 = ListOptions::everything();
+    on_n1.field_selector = "spec.nodeName=n1".into();
+    let listed = registry.list(pods, None, &on_n1).await.expect("lists");
+    assert_eq!(names(&listed.items), ["a", "c"]);
+    let unscheduled = ListOptions {
+        field_selector: "spec.nodeName=".into(),
+        ..ListOptions::everything()
+    };
+    let listed_unscheduled = registry
+        .list(pods, Some("default"), &unscheduled)
+        .await
+        .expect("lists");
+    assert_eq!(names(&listed_unscheduled.items), ["d"]);
+    // Pages of the index continue from the list's snapshot.
+    let mut paged = on_n1.clone();
+    paged.limit = Some(1);
+    let first = registry.list(pods, None, &paged).await.expect("lists");
+    assert_eq!(names(&first.items), ["a"]);
+    let mut seen = names(&first.items);
+    let mut token = first.continue_token;
+    while let Some(next) = token {
+        paged.continue_token = Some(next);
+        let page = registry.list(pods, None, &paged).await.expect("lists");
+        seen.extend(names(&page.items));
+        token = page.continue_token;
+    }
+    assert_eq!(seen, ["a", "c"]);
+
+    let mut watch = on_n1.clone();
+    watch.resource_version = Some(listed.resource_version.to_string());
+    let mut events = registry
+        .watch(pods, None, &watch, far_deadline())
+        .await
+        .expect("watches");
+    put_pod(storage.as_ref(), "b", "n2").await; // another node's pod changes
+    put_pod(storage.as_ref(), "d", "n1").await; // the unscheduled pod is bound to n1
+    put_pod(storage.as_ref(), "c", "n3").await; // a pod leaves n1
+    storage
+        .delete(b"/registry/pods/default/a", None)
+        .await
+        .expect("raw delete");
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let (kind, name, _) = next_event(&mut events).await;
+        seen.push((kind, name));
+    }
+    assert_eq!(
+        seen,
+        [
+            (Added, "d".to_string()),
+            (Deleted, "c".to_string()),
+            (Deleted, "a".to_string())
+        ]
+    );
+    let listed = registry.list(pods, None, &on_n1).await.expect("lists");
+    assert_eq!(names(&listed.items), ["d"]);
+}
