@@ -114,7 +114,7 @@ pub async fn serve(
         continue_token: None,
         remaining_item_count: None,
     };
-    Ok(respond::list(info.resource, output, include, &result))
+    Ok(respond::list(info.resource, output, include, result))
 }
 
 fn core(plural: &str) -> Result<&'static catalog::ResourceInfo> {

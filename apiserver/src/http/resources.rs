@@ -405,7 +405,7 @@ async fn list(call: &Call<'_>) -> Result<Response> {
         target.resource,
         call.output,
         call.include,
-        &result,
+        result,
     ))
 }
 
@@ -617,7 +617,7 @@ async fn delete_collection(call: &Call<'_>, body: Body) -> Result<Response> {
         target.resource,
         call.output,
         call.include,
-        &result,
+        result,
     ))
 }
 

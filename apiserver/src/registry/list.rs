@@ -38,6 +38,11 @@ impl Listed {
         super::decoded::Object::into_value(self.0)
     }
 
+    /// The object as JSON, encoded on first use and kept with the object.
+    pub fn json(&self) -> &bytes::Bytes {
+        self.0.json()
+    }
+
     /// The shared object itself.
     pub(super) fn into_shared(self) -> std::sync::Arc<super::decoded::Object> {
         self.0
