@@ -137,7 +137,8 @@ pub struct ServerArgs {
     /// --encryption-provider-config-reload-interval); an invalid change is logged and ignored.
     #[arg(long)]
     encryption_provider_config_automatic_reload: bool,
-    /// How often an automatically reloaded encryption configuration is checked.
+    /// How often an automatically reloaded encryption configuration is checked (and, on a
+    /// server without one, the configuration its cluster shares through the store).
     #[arg(long, default_value = "1m", value_parser = parse_interval, hide = true)]
     encryption_provider_config_reload_interval: std::time::Duration,
     /// OpenTelemetry tracing: a TracingConfiguration (apiserver.config.k8s.io/v1beta1 or v1)
@@ -309,6 +310,7 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
         encryption_reload_interval: args
             .encryption_provider_config_automatic_reload
             .then_some(args.encryption_provider_config_reload_interval),
+        encryption_follow_interval: args.encryption_provider_config_reload_interval,
         watch_cache: args.watch_cache,
     };
     let running =

@@ -28,6 +28,7 @@ use crate::limits::Limits;
 use crate::pki::cluster::{self, ClusterError};
 use crate::pki::{self, Pki, PkiError};
 use crate::registry::{self, Allocators, Cidr, Registry};
+use crate::values::encryption::shared::{spawn_follow, Shared};
 use crate::values::encryption::{spawn_reload, Current, Encryption, ReloadMetrics};
 use crate::values::{MediaType, Values};
 
@@ -65,6 +66,8 @@ pub struct Config {
     /// How often the encryption configuration file is read again
     /// (`--encryption-provider-config-automatic-reload`); `None`: read once at start.
     pub encryption_reload_interval: Option<Duration>,
+    /// How often a server without a configuration file checks the one its cluster shares.
+    pub encryption_follow_interval: Duration,
     /// Serve lists (and the initial state of watches) from memory (`--watch-cache`).
     pub watch_cache: bool,
 }
@@ -104,6 +107,7 @@ impl Config {
             storage_media_type: MediaType::default(),
             encryption_provider_config: None,
             encryption_reload_interval: None,
+            encryption_follow_interval: Duration::from_secs(60),
             watch_cache: true,
         }
     }
@@ -255,12 +259,13 @@ fn connection_cap(configured: usize, open_files: Option<u64>) -> usize {
 }
 
 /// The cluster's CA and ServiceAccount key: from the store when another server put them there
-/// (same token), else this server's own, published for the next; then this server's PKI.
+/// (same token), else this server's own, published for the next; then this server's PKI, and
+/// the token.
 async fn cluster_pki(
     config: &Config,
     storage: &dyn Storage,
     first_service_ip: Ipv4Addr,
-) -> Result<(Pki, cluster::Joined), StartError> {
+) -> Result<(Pki, cluster::Joined, String), StartError> {
     let token = cluster::token(config.cluster_token.as_deref(), &config.data_dir)
         .map_err(StartError::Pki)?;
     let service_ips = [IpAddr::V4(first_service_ip)];
@@ -271,7 +276,7 @@ async fn cluster_pki(
     .await
     .map_err(StartError::Cluster)?;
     let pki = load_pki().map_err(StartError::Pki)?;
-    Ok((pki, joined))
+    Ok((pki, joined, token))
 }
 
 /// Where the kubeconfigs a server writes are.
@@ -371,19 +376,56 @@ async fn authorizer(
 }
 
 /// The codec and encryption of stored values: the configuration file loaded (a malformed one
-/// stops the start with the field and line at fault), reloaded when asked, its metrics
-/// registered.
-fn stored_values(
+/// stops the start with the field and line at fault) and published for the cluster's other
+/// servers, or else the one another server published, followed; reloaded when asked; its
+/// metrics registered.
+async fn stored_values(
     config: &Config,
     metrics: &Metrics,
     addr: &SocketAddr,
+    shared: Shared,
     tasks: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> Result<Arc<Values>, StartError> {
-    let current = match &config.encryption_provider_config {
-        None => Arc::new(Current::none()),
+    let follow_interval = config.encryption_follow_interval;
+    let (current, encrypting) = match &config.encryption_provider_config {
+        None => match shared.fetch().await.map_err(StartError::Encryption)? {
+            None => {
+                let current = Arc::new(Current::none());
+                // A configuration published later (a server started with one) is taken too.
+                spawn_follow(
+                    current.clone(),
+                    shared,
+                    String::new(),
+                    follow_interval,
+                    tasks,
+                    shutdown.clone(),
+                );
+                (current, false)
+            }
+            Some(text) => {
+                let encryption = Encryption::parse(&text).map_err(|why| {
+                    StartError::Encryption(format!("the cluster's encryption configuration (published by another server): {why}"))
+                })?;
+                tracing::info!("took the cluster's encryption configuration from the store");
+                let current = Arc::new(Current::new(encryption));
+                spawn_follow(
+                    current.clone(),
+                    shared,
+                    text,
+                    follow_interval,
+                    tasks,
+                    shutdown.clone(),
+                );
+                (current, true)
+            }
+        },
         Some(path) => {
             let (encryption, text) = Encryption::load(path).map_err(StartError::Encryption)?;
+            shared
+                .publish(&text)
+                .await
+                .map_err(StartError::Encryption)?;
             let current = Arc::new(Current::new(encryption));
             if let Some(interval) = config.encryption_reload_interval {
                 let reload = Arc::new(ReloadMetrics::new(&addr.to_string()));
@@ -394,15 +436,16 @@ fn stored_values(
                     text,
                     interval,
                     reload,
+                    Some(shared),
                     tasks,
                     shutdown.clone(),
                 );
             }
-            current
+            (current, true)
         }
     };
     let values = Values::new(config.storage_media_type, current);
-    if config.encryption_provider_config.is_some() {
+    if encrypting {
         metrics.register_more(|registry| values.metrics().register(registry));
     }
     Ok(Arc::new(values))
@@ -435,7 +478,7 @@ pub async fn start(
         config.service_node_port_range.clone(),
     );
     let first_service_ip = allocators.first_service_ip();
-    let (pki, joined) = cluster_pki(&config, storage.as_ref(), first_service_ip).await?;
+    let (pki, joined, token) = cluster_pki(&config, storage.as_ref(), first_service_ip).await?;
     let tls = pki.server_config().map_err(StartError::Pki)?;
     let tokens = match &config.token_auth_file {
         Some(path) => Some(TokenFile::load(path).map_err(StartError::TokenFile)?),
@@ -450,7 +493,11 @@ pub async fn start(
 
     let shutdown = shutdown.child_token();
     let tasks = TaskTracker::new();
-    let values = stored_values(&config, &metrics, &addr, &tasks, &shutdown)?;
+    let shared = Shared {
+        storage: storage.clone(),
+        token,
+    };
+    let values = stored_values(&config, &metrics, &addr, shared, &tasks, &shutdown).await?;
     let (authorizer, policy) = authorizer(
         &config.authorization_modes,
         &storage,

@@ -297,6 +297,100 @@ rudder_tests::on_every_driver!(stored_values;
     stored_values_on_postgres => postgres,
     stored_values_on_etcd => etcd);
 
+/// One cluster, one encryption configuration: a server started without
+/// `--encryption-provider-config` beside one started with it takes the configuration the
+/// other published (sealed with the cluster token) and follows its rotation, so Secrets
+/// written through either server are sealed with the key in force.
+async fn shared_encryption(url: String) {
+    let url = url.as_str();
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = dir.path().join("encryption.yaml");
+    std::fs::write(&config_path, config(&[("key1", KEY1)])).unwrap();
+    let first = RudderServer::start_with_args(
+        RUDDER,
+        url,
+        &[
+            "--disable-controller-manager",
+            "--disable-scheduler",
+            "--encryption-provider-config",
+            config_path.to_str().unwrap(),
+            "--encryption-provider-config-automatic-reload",
+            "--encryption-provider-config-reload-interval",
+            "1s",
+        ],
+    );
+    let token = std::fs::read_to_string(first.data_dir().join("token")).unwrap();
+    let second = RudderServer::start_with_args(
+        RUDDER,
+        url,
+        &[
+            "--disable-controller-manager",
+            "--disable-scheduler",
+            "--token",
+            token.trim(),
+            "--encryption-provider-config-reload-interval",
+            "1s",
+        ],
+    );
+    assert!(
+        second
+            .log()
+            .contains("took the cluster's encryption configuration from the store"),
+        "{}",
+        second.log()
+    );
+    let through_second = Kubectl {
+        server: &second,
+        version: "1.33",
+        namespace: "shared".into(),
+    };
+    through_second.ok(&["create", "namespace", "shared"]);
+    through_second.ok_ns(&[
+        "create",
+        "secret",
+        "generic",
+        "s1",
+        "--from-literal=a=hunter2",
+    ]);
+    let sealed = raw(url, "/registry/secrets/shared/s1").await;
+    assert!(sealed.starts_with(b"k8s:enc:aesgcm:v1:key1:"), "{sealed:?}");
+    let through_first = Kubectl {
+        server: &first,
+        version: "1.33",
+        namespace: "shared".into(),
+    };
+    assert_eq!(
+        through_first.json(&["get", "secret", "s1", "-o", "json"])["data"]["a"],
+        "aHVudGVyMg=="
+    );
+
+    // Rotation on the first server's file reaches the second through the store.
+    std::fs::write(&config_path, config(&[("key2", KEY2), ("key1", KEY1)])).unwrap();
+    let mut prefix = Vec::new();
+    for attempt in 0..20 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let name = format!("s2-{attempt}");
+        through_second.ok_ns(&["create", "secret", "generic", &name, "--from-literal=a=b"]);
+        prefix = raw(url, &format!("/registry/secrets/shared/{name}")).await;
+        if prefix.starts_with(b"k8s:enc:aesgcm:v1:key2:") {
+            break;
+        }
+    }
+    assert!(prefix.starts_with(b"k8s:enc:aesgcm:v1:key2:"), "{prefix:?}");
+    // Both keys still read, through either server.
+    assert_eq!(
+        through_second.json(&["get", "secret", "s1", "-o", "json"])["data"]["a"],
+        "aHVudGVyMg=="
+    );
+    // The store holds the configuration sealed: no key in the clear.
+    let published = raw(url, "/registry/rudder/cluster/encryption-config").await;
+    assert!(!contains(&published, KEY1.as_bytes()) && !contains(&published, b"aesgcm"));
+}
+
+rudder_tests::on_every_driver!(shared_encryption;
+    shared_encryption_on_postgres => postgres,
+    shared_encryption_on_etcd => etcd);
+
 /// Values written as JSON (before protobuf was the default, or with
 /// `--storage-media-type application/json`) stay readable, and are rewritten as protobuf by
 /// their next update.

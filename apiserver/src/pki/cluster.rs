@@ -85,51 +85,64 @@ fn random<const N: usize>() -> Result<[u8; N], ClusterError> {
     Ok(bytes)
 }
 
+/// `data` sealed with `token` for the store key `aad` (the key is authenticated with it, so a
+/// sealed value moved to another key does not open).
+pub(crate) fn seal(data: &[u8], token: &str, aad: &str) -> Result<Vec<u8>, ClusterError> {
+    let salt = random::<SALT_LEN>()?;
+    let nonce = random::<NONCE_LEN>()?;
+    let key = key_for(token, &salt)?;
+    let mut data = data.to_vec();
+    key.seal_in_place_append_tag(
+        Nonce::assume_unique_for_key(nonce),
+        Aad::from(aad.as_bytes()),
+        &mut data,
+    )
+    .map_err(|_| ClusterError::Random("sealing failed".into()))?;
+    let sealed = Sealed {
+        version: 1,
+        salt: STANDARD.encode(salt),
+        nonce: STANDARD.encode(nonce),
+        sealed: STANDARD.encode(data),
+    };
+    serde_json::to_vec(&sealed).map_err(|error| ClusterError::Damaged(error.to_string()))
+}
+
+/// What [`seal`] sealed, opened with `token`; a wrong token is [`ClusterError::WrongToken`].
+pub(crate) fn open(bytes: &[u8], token: &str, aad: &str) -> Result<Vec<u8>, ClusterError> {
+    let damaged = |what: &str| ClusterError::Damaged(what.to_string());
+    let sealed: Sealed = serde_json::from_slice(bytes).map_err(|e| damaged(&e.to_string()))?;
+    if sealed.version != 1 {
+        return Err(damaged(&format!("version {} is not known", sealed.version)));
+    }
+    let decode = |text: &str| STANDARD.decode(text).map_err(|e| damaged(&e.to_string()));
+    let salt = decode(&sealed.salt)?;
+    let nonce: [u8; NONCE_LEN] = decode(&sealed.nonce)?
+        .try_into()
+        .map_err(|_| damaged("a nonce of the wrong length"))?;
+    let mut data = decode(&sealed.sealed)?;
+    let key = key_for(token, &salt)?;
+    let opened = key
+        .open_in_place(
+            Nonce::assume_unique_for_key(nonce),
+            Aad::from(aad.as_bytes()),
+            &mut data,
+        )
+        .map_err(|_| ClusterError::WrongToken)?;
+    Ok(opened.to_vec())
+}
+
 impl Secrets {
     /// Sealed with `token`.
     fn seal(&self, token: &str) -> Result<Vec<u8>, ClusterError> {
-        let salt = random::<SALT_LEN>()?;
-        let nonce = random::<NONCE_LEN>()?;
-        let key = key_for(token, &salt)?;
-        let mut data =
+        let data =
             serde_json::to_vec(self).map_err(|error| ClusterError::Damaged(error.to_string()))?;
-        key.seal_in_place_append_tag(
-            Nonce::assume_unique_for_key(nonce),
-            Aad::from(KEY.as_bytes()),
-            &mut data,
-        )
-        .map_err(|_| ClusterError::Random("sealing failed".into()))?;
-        let sealed = Sealed {
-            version: 1,
-            salt: STANDARD.encode(salt),
-            nonce: STANDARD.encode(nonce),
-            sealed: STANDARD.encode(data),
-        };
-        serde_json::to_vec(&sealed).map_err(|error| ClusterError::Damaged(error.to_string()))
+        seal(&data, token, KEY)
     }
 
     /// Opened with `token`; a wrong token is [`ClusterError::WrongToken`].
     fn open(bytes: &[u8], token: &str) -> Result<Self, ClusterError> {
-        let damaged = |what: &str| ClusterError::Damaged(what.to_string());
-        let sealed: Sealed = serde_json::from_slice(bytes).map_err(|e| damaged(&e.to_string()))?;
-        if sealed.version != 1 {
-            return Err(damaged(&format!("version {} is not known", sealed.version)));
-        }
-        let decode = |text: &str| STANDARD.decode(text).map_err(|e| damaged(&e.to_string()));
-        let salt = decode(&sealed.salt)?;
-        let nonce: [u8; NONCE_LEN] = decode(&sealed.nonce)?
-            .try_into()
-            .map_err(|_| damaged("a nonce of the wrong length"))?;
-        let mut data = decode(&sealed.sealed)?;
-        let key = key_for(token, &salt)?;
-        let opened = key
-            .open_in_place(
-                Nonce::assume_unique_for_key(nonce),
-                Aad::from(KEY.as_bytes()),
-                &mut data,
-            )
-            .map_err(|_| ClusterError::WrongToken)?;
-        serde_json::from_slice(opened).map_err(|e| damaged(&e.to_string()))
+        let opened = open(bytes, token, KEY)?;
+        serde_json::from_slice(&opened).map_err(|e| ClusterError::Damaged(e.to_string()))
     }
 
     fn read_from(pki_dir: &Path) -> Result<Option<Self>, PkiError> {

@@ -13,6 +13,7 @@ mod ciphers;
 pub mod config;
 pub mod kms;
 mod reload;
+pub mod shared;
 
 use std::borrow::Cow;
 use std::path::Path;

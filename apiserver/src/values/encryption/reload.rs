@@ -17,6 +17,7 @@ use std::sync::atomic::AtomicU64;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::shared::Shared;
 use super::{Current, Encryption};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -70,13 +71,16 @@ impl ReloadMetrics {
     }
 }
 
-/// Re-reads `path` every `interval` until `shutdown`; `loaded` is the text in force.
+/// Re-reads `path` every `interval` until `shutdown`; `loaded` is the text in force. A new
+/// configuration is published to `shared` too, for the cluster's servers that follow it.
+#[allow(clippy::too_many_arguments)]
 pub fn spawn_reload(
     current: Arc<Current>,
     path: PathBuf,
     loaded: String,
     interval: Duration,
     metrics: Arc<ReloadMetrics>,
+    shared: Option<Shared>,
     tasks: &TaskTracker,
     shutdown: CancellationToken,
 ) {
@@ -102,10 +106,15 @@ pub fn spawn_reload(
             match Encryption::parse(&text) {
                 Ok(encryption) => {
                     current.replace(encryption);
-                    in_force = text;
                     failed_text = None;
                     metrics.record(true);
                     tracing::info!(path = %path.display(), "the encryption configuration was reloaded");
+                    if let Some(shared) = &shared {
+                        if let Err(error) = shared.publish(&text).await {
+                            tracing::warn!(%error, "the cluster's other servers keep the encryption configuration they have");
+                        }
+                    }
+                    in_force = text;
                 }
                 Err(error) => {
                     tracing::error!(path = %path.display(), %error, "the changed encryption configuration is invalid; the one in force stays");
