@@ -38,7 +38,7 @@ const NAMESPACE: &str = "default";
 
 #[derive(clap::Args)]
 pub struct ApiBenchArgs {
-    /// Subjects to measure, comma-separated: sqlite, postgres, etcd (the reference); a
+    /// Subjects to measure, comma-separated: sqlite, postgres, mysql, etcd (the reference); a
     /// `-nocache` suffix (`sqlite-nocache`) runs that driver with --watch-cache=false.
     #[arg(long, default_value = "sqlite,postgres,etcd", value_delimiter = ',')]
     subjects: Vec<String>,
@@ -275,7 +275,10 @@ async fn close_all(servers: Vec<Server>) {
     }
 }
 
-/// The servers the postgres and etcd subjects use, as flags (shared by the benches).
+/// The MySQL server a mysql subject uses unless told otherwise.
+pub(super) const DEFAULT_MYSQL_URL: &str = "mysql://root@127.0.0.1:3306/test";
+
+/// The servers the postgres, mysql and etcd subjects use, as flags (shared by the benches).
 #[derive(clap::Args)]
 pub struct BackendArgs {
     /// etcd client endpoint (HOST:PORT) for the etcd subject.
@@ -292,6 +295,14 @@ pub struct BackendArgs {
         default_value = "postgres://postgres@127.0.0.1:5432/postgres"
     )]
     pub postgres_url: String,
+    /// MySQL/MariaDB URL for the mysql subject; the bench works in a database of its own
+    /// on that server.
+    #[arg(
+        long,
+        env = "RUDDER_BENCH_MYSQL_URL",
+        default_value = DEFAULT_MYSQL_URL
+    )]
+    pub mysql_url: String,
 }
 
 impl BackendArgs {
@@ -299,6 +310,7 @@ impl BackendArgs {
         Backends {
             postgres_url: &self.postgres_url,
             etcd_endpoint: &self.etcd_endpoint,
+            mysql_url: &self.mysql_url,
         }
     }
 }
@@ -307,6 +319,27 @@ impl BackendArgs {
 pub(super) struct Backends<'a> {
     pub postgres_url: &'a str,
     pub etcd_endpoint: &'a str,
+    pub mysql_url: &'a str,
+}
+
+/// A MySQL subject's database on the server `base` names: one per bench and variant, not
+/// per run (`tag`'s random part is left out: the cleanup drops Rudder's tables, not the
+/// database, so runs leave no databases behind).
+fn mysql_database_url(base: &str, tag: &str) -> String {
+    let (without_query, query) = base.split_once('?').unwrap_or((base, ""));
+    let authority = without_query
+        .strip_prefix("mysql://")
+        .unwrap_or(without_query);
+    let server = authority.split('/').next().unwrap_or(authority);
+    let kind: Vec<&str> = tag
+        .split('_')
+        .filter(|part| !(part.len() == 8 && part.chars().all(|c| c.is_ascii_hexdigit())))
+        .collect();
+    let separator = if query.is_empty() { "" } else { "&" };
+    format!(
+        "mysql://{server}/rudder_bench_{}?{query}{separator}compact_interval=0",
+        kind.join("_")
+    )
 }
 
 /// The storage URL of a subject: a fresh SQLite file, PostgreSQL schema or etcd key prefix,
@@ -331,7 +364,8 @@ pub(super) fn storage_url(
             "etcd://{}/rudder-bench-{tag}?compact_interval=0",
             backends.etcd_endpoint
         ),
-        other => bail!("unknown subject {other:?}: use sqlite, postgres or etcd"),
+        "mysql" => mysql_database_url(backends.mysql_url, tag),
+        other => bail!("unknown subject {other:?}: use sqlite, postgres, mysql or etcd"),
     })
 }
 

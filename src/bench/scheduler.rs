@@ -149,6 +149,8 @@ async fn start(subject: &str, args: &SchedulerBenchArgs, tag: &str) -> Result<Cl
     let backends = Backends {
         postgres_url: &args.postgres_url,
         etcd_endpoint: &args.etcd_endpoint,
+        // These benches name no MySQL server of their own: the machine's.
+        mysql_url: super::api::DEFAULT_MYSQL_URL,
     };
     let url = storage_url(subject, &backends, &tag.replace('-', "_"), &dir)?;
     let base = cluster::start(url, dir).await?;

@@ -40,7 +40,8 @@ const SETTLE: Duration = Duration::from_secs(3);
 
 #[derive(clap::Args)]
 pub struct WatchBenchArgs {
-    /// Subjects: sqlite, postgres, etcd, each with a `-nocache` twin (--watch-cache=false).
+    /// Subjects: sqlite, postgres, mysql, etcd, each with a `-nocache` twin
+    /// (--watch-cache=false).
     #[arg(
         long,
         default_value = "sqlite,sqlite-nocache,postgres,postgres-nocache,etcd,etcd-nocache",
