@@ -140,6 +140,10 @@ pub struct ServerArgs {
     /// How often an automatically reloaded encryption configuration is checked.
     #[arg(long, default_value = "1m", value_parser = parse_interval, hide = true)]
     encryption_provider_config_reload_interval: std::time::Duration,
+    /// How often the objects of each resource in the store are counted
+    /// (apiserver_storage_objects); 0 turns the counting off.
+    #[arg(long, default_value = "1m", value_parser = parse_interval)]
+    etcd_count_metric_poll_period: std::time::Duration,
     /// OpenTelemetry tracing: a TracingConfiguration (apiserver.config.k8s.io/v1beta1 or v1)
     /// with the collector's OTLP/gRPC `endpoint` and `samplingRatePerMillion`; requests whose
     /// client sends a sampled W3C `traceparent` are traced whatever the rate.
@@ -310,6 +314,7 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
             .encryption_provider_config_automatic_reload
             .then_some(args.encryption_provider_config_reload_interval),
         watch_cache: args.watch_cache,
+        count_metric_poll_period: args.etcd_count_metric_poll_period,
     };
     let running =
         match rudder_apiserver::server::start(config, store.clone(), shutdown.clone()).await {

@@ -67,6 +67,9 @@ pub struct Config {
     pub encryption_reload_interval: Option<Duration>,
     /// Serve lists (and the initial state of watches) from memory (`--watch-cache`).
     pub watch_cache: bool,
+    /// How often the objects of each resource in the store are counted for
+    /// `apiserver_storage_objects` (`--etcd-count-metric-poll-period`); zero: never.
+    pub count_metric_poll_period: Duration,
 }
 
 /// The controller-manager's user (its certificate's CN), bound to the role of that name.
@@ -105,6 +108,7 @@ impl Config {
             encryption_provider_config: None,
             encryption_reload_interval: None,
             watch_cache: true,
+            count_metric_poll_period: registry::DEFAULT_COUNT_PERIOD,
         }
     }
 }
@@ -532,6 +536,7 @@ pub async fn start(
     {
         tracing::warn!("the CustomResourceDefinitions in the store were not served within 30 s; serving without them until they are");
     }
+    registry::spawn_object_counter(&registry, config.count_metric_poll_period);
     let advertised_url = format!("https://{}", SocketAddr::new(advertise, addr.port()));
     registry::publish_cluster_info(&registry, &advertised_url, &pki.ca_cert_pem)
         .await
