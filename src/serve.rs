@@ -140,6 +140,10 @@ pub struct ServerArgs {
     /// How often an automatically reloaded encryption configuration is checked.
     #[arg(long, default_value = "1m", value_parser = parse_interval, hide = true)]
     encryption_provider_config_reload_interval: std::time::Duration,
+    /// Caps how often KMS v2 plugins are asked `Status` and how long the kms-providers health
+    /// check reuses an answer (upstream: 1m, 10s after a failure; 20s and 3s).
+    #[arg(long, value_parser = parse_interval, hide = true)]
+    kms_status_interval: Option<std::time::Duration>,
     /// How often the objects of each resource in the store are counted
     /// (apiserver_storage_objects); 0 turns the counting off.
     #[arg(long, default_value = "1m", value_parser = parse_interval)]
@@ -313,6 +317,7 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
         encryption_reload_interval: args
             .encryption_provider_config_automatic_reload
             .then_some(args.encryption_provider_config_reload_interval),
+        kms_status_interval: args.kms_status_interval,
         watch_cache: args.watch_cache,
         count_metric_poll_period: args.etcd_count_metric_poll_period,
     };

@@ -28,7 +28,8 @@ use crate::limits::Limits;
 use crate::pki::cluster::{self, ClusterError};
 use crate::pki::{self, Pki, PkiError};
 use crate::registry::{self, Allocators, Cidr, Registry};
-use crate::values::encryption::{spawn_reload, Current, Encryption, ReloadMetrics};
+use crate::values::encryption::kms::{KmsContext, KmsMetrics, StatusIntervals};
+use crate::values::encryption::{spawn_reload, Current, Encryption, Reload, ReloadMetrics};
 use crate::values::{MediaType, Values};
 
 /// How to run an apiserver (the store is handed to [`start`] apart).
@@ -65,6 +66,10 @@ pub struct Config {
     /// How often the encryption configuration file is read again
     /// (`--encryption-provider-config-automatic-reload`); `None`: read once at start.
     pub encryption_reload_interval: Option<Duration>,
+    /// Caps how often KMS v2 plugins are asked `Status` and how long the `kms-providers`
+    /// health check reuses an answer (hidden `--kms-status-interval`, for tests); `None`:
+    /// upstream's intervals (1 min, 10 s after a failure; 20 s and 3 s).
+    pub kms_status_interval: Option<Duration>,
     /// Serve lists (and the initial state of watches) from memory (`--watch-cache`).
     pub watch_cache: bool,
     /// How often the objects of each resource in the store are counted for
@@ -107,6 +112,7 @@ impl Config {
             storage_media_type: MediaType::default(),
             encryption_provider_config: None,
             encryption_reload_interval: None,
+            kms_status_interval: None,
             watch_cache: true,
             count_metric_poll_period: registry::DEFAULT_COUNT_PERIOD,
         }
@@ -374,6 +380,14 @@ async fn authorizer(
     Ok((Arc::new(authz::Chain::new(chain)), rbac))
 }
 
+/// The codec and encryption of stored values, and what the health checks need of them.
+struct StoredValues {
+    values: Arc<Values>,
+    /// The configuration the `kms-providers` health check asks, when there is that check
+    /// (as upstream: when the configuration has KMS v2 providers or may be reloaded).
+    kms_health: Option<Arc<Current>>,
+}
+
 /// The codec and encryption of stored values: the configuration file loaded (a malformed one
 /// stops the start with the field and line at fault), reloaded when asked, its metrics
 /// registered.
@@ -383,24 +397,40 @@ fn stored_values(
     addr: &SocketAddr,
     tasks: &TaskTracker,
     shutdown: &CancellationToken,
-) -> Result<Arc<Values>, StartError> {
+) -> Result<StoredValues, StartError> {
+    let mut kms_health = None;
     let current = match &config.encryption_provider_config {
         None => Arc::new(Current::none()),
         Some(path) => {
-            let (encryption, text) = Encryption::load(path).map_err(StartError::Encryption)?;
+            let kms_context = KmsContext {
+                metrics: Arc::new(KmsMetrics::new(&addr.to_string())),
+                intervals: config
+                    .kms_status_interval
+                    .map_or_else(StatusIntervals::default, StatusIntervals::at_most),
+            };
+            metrics.register_more(|registry| kms_context.metrics.register(registry));
+            let (encryption, text) =
+                Encryption::load(path, &kms_context).map_err(StartError::Encryption)?;
+            let uses_kms = encryption.kms_providers().next().is_some();
             let current = Arc::new(Current::new(encryption));
             if let Some(interval) = config.encryption_reload_interval {
                 let reload = Arc::new(ReloadMetrics::new(&addr.to_string()));
                 metrics.register_more(|registry| reload.register(registry));
                 spawn_reload(
                     current.clone(),
-                    path.clone(),
-                    text,
-                    interval,
+                    Reload {
+                        path: path.clone(),
+                        loaded: text,
+                        interval,
+                        kms_context,
+                    },
                     reload,
                     tasks,
                     shutdown.clone(),
                 );
+            }
+            if uses_kms || config.encryption_reload_interval.is_some() {
+                kms_health = Some(current.clone());
             }
             current
         }
@@ -409,7 +439,10 @@ fn stored_values(
     if config.encryption_provider_config.is_some() {
         metrics.register_more(|registry| values.metrics().register(registry));
     }
-    Ok(Arc::new(values))
+    Ok(StoredValues {
+        values: Arc::new(values),
+        kms_health,
+    })
 }
 
 /// Starts an apiserver on `storage`, serving until `shutdown` is cancelled.
@@ -454,7 +487,8 @@ pub async fn start(
 
     let shutdown = shutdown.child_token();
     let tasks = TaskTracker::new();
-    let values = stored_values(&config, &metrics, &addr, &tasks, &shutdown)?;
+    let StoredValues { values, kms_health } =
+        stored_values(&config, &metrics, &addr, &tasks, &shutdown)?;
     let (authorizer, policy) = authorizer(
         &config.authorization_modes,
         &storage,
@@ -556,6 +590,7 @@ pub async fn start(
         service_accounts,
     )
     .with_auditor(auditor)
+    .with_kms_health(kms_health)
     .with_kubelet_client(
         crate::http::kubelet_proxy::KubeletClient::new(&pki, tasks.clone(), shutdown.clone())
             .map_err(StartError::Pki)?,
