@@ -141,6 +141,14 @@ pub struct ServerArgs {
     /// server without one, the configuration its cluster shares through the store).
     #[arg(long, default_value = "1m", value_parser = parse_interval, hide = true)]
     encryption_provider_config_reload_interval: std::time::Duration,
+    /// Caps how often KMS v2 plugins are asked `Status` and how long the kms-providers health
+    /// check reuses an answer (upstream: 1m, 10s after a failure; 20s and 3s).
+    #[arg(long, value_parser = parse_interval, hide = true)]
+    kms_status_interval: Option<std::time::Duration>,
+    /// How often the objects of each resource in the store are counted
+    /// (apiserver_storage_objects); 0 turns the counting off.
+    #[arg(long, default_value = "1m", value_parser = parse_interval)]
+    etcd_count_metric_poll_period: std::time::Duration,
     /// OpenTelemetry tracing: a TracingConfiguration (apiserver.config.k8s.io/v1beta1 or v1)
     /// with the collector's OTLP/gRPC `endpoint` and `samplingRatePerMillion`; requests whose
     /// client sends a sampled W3C `traceparent` are traced whatever the rate.
@@ -311,7 +319,9 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
             .encryption_provider_config_automatic_reload
             .then_some(args.encryption_provider_config_reload_interval),
         encryption_follow_interval: args.encryption_provider_config_reload_interval,
+        kms_status_interval: args.kms_status_interval,
         watch_cache: args.watch_cache,
+        count_metric_poll_period: args.etcd_count_metric_poll_period,
     };
     let running =
         match rudder_apiserver::server::start(config, store.clone(), shutdown.clone()).await {

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use rudder_apiserver::values::encryption::kms::KmsContext;
 use rudder_apiserver::values::encryption::{
     describe_prefix, Current, Encryption, ENCRYPTED_PREFIX,
 };
@@ -72,7 +73,11 @@ fn describe(value: &[u8]) -> String {
 
 pub async fn run(args: GetArgs) -> Result<()> {
     let encryption = match &args.encryption_provider_config {
-        Some(path) => Encryption::load(path).map_err(anyhow::Error::msg)?.0,
+        Some(path) => {
+            Encryption::load(path, &KmsContext::default())
+                .map_err(anyhow::Error::msg)?
+                .0
+        }
         None => Encryption::none(),
     };
     let values = Values::new(MediaType::default(), Arc::new(Current::new(encryption)));

@@ -11,6 +11,11 @@
 //! would let one client grow the metrics without bound; for the same reason at most
 //! [`MAX_TYPES`] types are told apart (keys the etcd gateway's clients choose could name any),
 //! the rest are `other`.
+//!
+//! Every successful `status` call also records the store's size as kube-apiserver reports
+//! its etcd's, `apiserver_storage_size_bytes{storage_cluster_id="etcd-0"}` (the server's one
+//! store is upstream's first storage cluster); a failed one drops the series until the next
+//! success, as upstream leaves out a cluster it could not ask.
 
 use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
@@ -20,6 +25,7 @@ use async_trait::async_trait;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tracing::Instrument;
@@ -38,6 +44,10 @@ const SPAN_KEY_BYTES: usize = 128;
 
 /// Resource types told apart in the labels; beyond them, `other`.
 pub const MAX_TYPES: usize = 256;
+
+/// The `storage_cluster_id` of the store's size: upstream's name for its first (here the
+/// only) storage cluster, whatever the driver.
+pub const STORAGE_CLUSTER_ID: &str = "etcd-0";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OperationLabels {
@@ -61,6 +71,15 @@ pub fn resource_type(key: &[u8]) -> Option<String> {
     Some(first.to_string())
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StorageCluster {
+    storage_cluster_id: &'static str,
+}
+
+const THE_CLUSTER: StorageCluster = StorageCluster {
+    storage_cluster_id: STORAGE_CLUSTER_ID,
+};
+
 fn new_histogram() -> Histogram {
     Histogram::new(BUCKETS.iter().copied())
 }
@@ -70,6 +89,8 @@ pub struct StorageMetrics {
     duration: Family<OperationLabels, Histogram, fn() -> Histogram>,
     requests: Family<OperationLabels, Counter>,
     errors: Family<OperationLabels, Counter>,
+    /// The store's size in bytes, from its last successful `status`.
+    size: Family<StorageCluster, Gauge>,
     /// The types seen so far (at most [`MAX_TYPES`]).
     types: RwLock<HashSet<String>>,
 }
@@ -80,6 +101,7 @@ impl Default for StorageMetrics {
             duration: Family::new_with_constructor(new_histogram),
             requests: Family::default(),
             errors: Family::default(),
+            size: Family::default(),
             types: RwLock::default(),
         }
     }
@@ -87,7 +109,7 @@ impl Default for StorageMetrics {
 
 impl StorageMetrics {
     /// Adds the metrics to `registry` (`etcd_request_duration_seconds`,
-    /// `etcd_requests_total`, `etcd_request_errors_total`).
+    /// `etcd_requests_total`, `etcd_request_errors_total`, `apiserver_storage_size_bytes`).
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "etcd_request_duration_seconds",
@@ -104,6 +126,25 @@ impl StorageMetrics {
             "Etcd failed request counts for each operation and object type.",
             self.errors.clone(),
         );
+        registry.register(
+            "apiserver_storage_size_bytes",
+            "Size of the storage database file physically allocated in bytes",
+            self.size.clone(),
+        );
+    }
+
+    /// Records the store's size from a `status` answer (none: the store could not be asked).
+    pub fn storage_size(&self, status: Option<&Status>) {
+        match status {
+            Some(status) => {
+                self.size
+                    .get_or_create(&THE_CLUSTER)
+                    .set(status.db_size_bytes);
+            }
+            None => {
+                self.size.remove(&THE_CLUSTER);
+            }
+        }
     }
 
     /// The `type` label of `key`: its resource, once [`MAX_TYPES`] are known only those.
@@ -294,7 +335,9 @@ impl Storage for Instrumented {
 
     async fn status(&self) -> Result<Status> {
         let span = tracing::debug_span!("storage.status");
-        self.timed("status", None, span, self.inner.status()).await
+        let status = self.timed("status", None, span, self.inner.status()).await;
+        self.metrics.storage_size(status.as_ref().ok());
+        status
     }
 
     async fn close(&self) {
@@ -344,6 +387,22 @@ mod tests {
             }
         }
         assert!(!text.contains("errors_total{operation=\"txn\""), "{text}");
+        assert!(!text.contains("apiserver_storage_size_bytes{"), "{text}");
+
+        // A status records the store's size; a failed one drops it.
+        let status = store.status().await.expect("status");
+        assert!(status.db_size_bytes > 0);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        let size = format!(
+            "apiserver_storage_size_bytes{{storage_cluster_id=\"etcd-0\"}} {}\n",
+            status.db_size_bytes
+        );
+        assert!(text.contains(&size), "{size} in {text}");
+        metrics.storage_size(None);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        assert!(!text.contains("apiserver_storage_size_bytes{"), "{text}");
         store.close().await;
     }
 

@@ -12,6 +12,9 @@ pub const KUBECTL_DIR: &str = "/usr/lib/google-cloud-sdk/bin";
 /// How long a server gets to write its kubeconfig and answer `/readyz`.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// What a started server must answer `ok` to.
+const READY: &str = "/readyz";
+
 /// A running `rudder server`; killed (and its data dir removed) on drop.
 pub struct RudderServer {
     child: Child,
@@ -79,7 +82,7 @@ impl RudderServer {
             &["--listen", "127.0.0.1:0"]
         };
         let dir = tempfile::tempdir().expect("temporary data dir");
-        Self::spawn_in(
+        let mut server = Self::spawn_in(
             command,
             dir,
             storage_url,
@@ -87,10 +90,13 @@ impl RudderServer {
             listen,
             no_agent,
             &no_network,
-        )
+        );
+        server.wait_ready(READY);
+        server
     }
 
-    /// Runs the server command in `dir` (its data dir is `dir/data`, its log `dir/server.log`).
+    /// Runs the server command in `dir` (its data dir is `dir/data`, its log `dir/server.log`);
+    /// the caller waits for it to be ready.
     fn spawn_in(
         mut command: Command,
         dir: tempfile::TempDir,
@@ -121,16 +127,15 @@ impl RudderServer {
             .spawn()
             .unwrap_or_else(|error| panic!("cannot run {command:?}: {error}"));
         let kubeconfig = dir.path().join("data").join("kubeconfig.yaml");
-        let mut server = RudderServer {
+        RudderServer {
             child,
             dir,
             kubeconfig,
-        };
-        server.wait_ready();
-        server
+        }
     }
 
-    fn wait_ready(&mut self) {
+    /// Waits until the admin kubeconfig is written and `probe` (a health path) answers `ok`.
+    fn wait_ready(&mut self, probe: &str) {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -143,7 +148,7 @@ impl RudderServer {
             let written = std::fs::read_to_string(&self.kubeconfig)
                 .is_ok_and(|text| text.contains("current-context"));
             if written {
-                let output = self.kubectl("1.33", &["get", "--raw", "/readyz"]);
+                let output = self.kubectl("1.33", &["get", "--raw", probe]);
                 if output.status.success() && output.stdout == b"ok" {
                     return;
                 }
@@ -293,7 +298,7 @@ impl RudderServer {
     pub fn restart_on(self, binary: &str, storage_url: &str) -> RudderServer {
         let mut old = self;
         assert!(old.terminate(), "the server did not stop within 20 s");
-        old.start_again(binary, storage_url, &[])
+        old.start_again(binary, storage_url, &[], READY)
     }
 
     /// Kills the server with SIGKILL — no chance to finish a write or stop cleanly — and
@@ -302,11 +307,34 @@ impl RudderServer {
         let mut old = self;
         let _ = old.child.kill();
         let _ = old.child.wait();
-        old.start_again(binary, storage_url, args)
+        old.start_again(binary, storage_url, args, READY)
     }
 
-    /// Starts a stopped server again in its data dir, on the address its kubeconfig names.
-    fn start_again(mut self, binary: &str, storage_url: &str, args: &[&str]) -> RudderServer {
+    /// As [`RudderServer::kill_and_restart`], ready once `probe` answers `ok` — for a server
+    /// that is not meant to pass every readiness check (`/readyz?exclude=kms-providers` while
+    /// its KMS plugin is down).
+    pub fn kill_and_restart_until(
+        self,
+        binary: &str,
+        storage_url: &str,
+        args: &[&str],
+        probe: &str,
+    ) -> RudderServer {
+        let mut old = self;
+        let _ = old.child.kill();
+        let _ = old.child.wait();
+        old.start_again(binary, storage_url, args, probe)
+    }
+
+    /// Starts a stopped server again in its data dir, on the address its kubeconfig names,
+    /// and waits until `probe` answers `ok`.
+    fn start_again(
+        mut self,
+        binary: &str,
+        storage_url: &str,
+        args: &[&str],
+        probe: &str,
+    ) -> RudderServer {
         let kubeconfig = std::fs::read_to_string(&self.kubeconfig).expect("kubeconfig");
         let address = kubeconfig
             .lines()
@@ -321,7 +349,7 @@ impl RudderServer {
         let dir = std::mem::replace(&mut self.dir, placeholder);
         drop(self);
         let listen = ["--listen", address.as_str()];
-        Self::spawn_in(
+        let mut server = Self::spawn_in(
             Command::new(binary),
             dir,
             storage_url,
@@ -329,7 +357,9 @@ impl RudderServer {
             &listen,
             &["--disable-agent"],
             &[],
-        )
+        );
+        server.wait_ready(probe);
+        server
     }
 
     /// Stops the server as a user would (SIGTERM), so it stops what it started (its own

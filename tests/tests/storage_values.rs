@@ -3,8 +3,9 @@
 //! the upstream `.proto` files, not by Rudder), Secrets encrypted at rest with an
 //! EncryptionConfiguration (unreadable raw, readable through kubectl and `rudder storage
 //! get`), keys rotated by reordering them and rewriting, Secrets sealed through a KMS v2
-//! plugin (`rudder kms-plugin`) across restarts of the server and of the plugin, and a
-//! malformed configuration refused at start with the field and line at fault.
+//! plugin (`rudder kms-plugin`) across restarts of the server and of the plugin — with
+//! upstream's `kms-providers` health check and KMS and storage metrics — and a malformed
+//! configuration refused at start with the field and line at fault.
 
 // Test code: a failed expectation is meant to panic.
 #![allow(clippy::unwrap_used)]
@@ -15,6 +16,7 @@ use std::time::Duration;
 
 use rudder_tests::{Kubectl, RudderServer};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 const RUDDER: &str = env!("CARGO_BIN_EXE_rudder");
 const KEY1: &str = "c2VjcmV0IGlzIHNlY3VyZSwgaXMgaXQgc2VjdXJlPz8=";
@@ -533,13 +535,96 @@ impl Drop for KmsPlugin {
     }
 }
 
+/// `/metrics` of `server`.
+fn metrics(server: &RudderServer) -> String {
+    server.kubectl_ok("1.33", &["get", "--raw", "/metrics"])
+}
+
+/// The value of `series` (a metric's name and labels, as printed) in a `/metrics` text.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.parse().ok())
+}
+
+/// `sha256:` and the hex SHA-256 of `text`: how upstream's metrics show key IDs.
+fn hash(text: &str) -> String {
+    let digest = Sha256::digest(text.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+/// A health path: its body when it answers 200, kubectl's error when it does not.
+fn health(server: &RudderServer, path: &str) -> Result<String, String> {
+    let output = server.kubectl("1.33", &["get", "--raw", path]);
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).into_owned())
+    }
+}
+
+/// The KMS metrics of `server` for the provider `local`, whose key ID is `key_id`: the key ID
+/// counted (by its hash) for `transformation`, its `Status` time recent, each plugin method
+/// in `methods` called with `OK`, the DEK source cache holding at least `seeds`.
+fn assert_kms_metrics(
+    server: &RudderServer,
+    key_id: &str,
+    transformation: &str,
+    methods: &[&str],
+    seeds: f64,
+) {
+    let text = metrics(server);
+    let key = hash(key_id);
+    let series = |name: &str, labels: &str| {
+        text.lines()
+            .filter(|line| line.starts_with(&format!("{name}{{")) && line.contains(labels))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .next()
+            .unwrap_or_else(|| panic!("no {name} with {labels} in:\n{text}"))
+    };
+    let used = series(
+        "apiserver_envelope_encryption_key_id_hash_total",
+        &format!("key_id_hash=\"{key}\",provider_name=\"local\",transformation_type=\"{transformation}\""),
+    );
+    assert!(used >= 1.0, "{transformation}: {used}");
+    let reported = series(
+        "apiserver_envelope_encryption_key_id_hash_status_last_timestamp_seconds",
+        &format!("key_id_hash=\"{key}\",provider_name=\"local\""),
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        (now - reported).abs() < 120.0,
+        "status at {reported}, now {now}"
+    );
+    for method in methods {
+        let calls = sample(
+            &text,
+            &format!("apiserver_envelope_encryption_kms_operations_latency_seconds_count{{grpc_status_code=\"OK\",method_name=\"/v2.KeyManagementService/{method}\",provider_name=\"local\"}}"),
+        )
+        .unwrap_or_else(|| panic!("no {method} latency in:\n{text}"));
+        assert!(calls >= 1.0, "{method}: {calls}");
+    }
+    let cached = sample(
+        &text,
+        "apiserver_envelope_encryption_dek_source_cache_size{provider_name=\"local\"}",
+    )
+    .unwrap_or_else(|| panic!("no DEK source cache size in:\n{text}"));
+    assert!(cached >= seeds, "{cached} cached seeds");
+}
+
 /// Secrets sealed through a KMS v2 plugin, as kube-apiserver seals them: the stored value is
 /// `k8s:enc:kms:v2:<name>:` and upstream's `EncryptedObject` (decoded here by `protoc` with
 /// the vendored upstream `.proto`), readable through the API and `rudder storage get`; after
 /// a restart the plugin decrypts the earlier DEK seed. With the plugin stopped, writes go on
 /// with the cached seed (as upstream, for up to 3 minutes); a server started while it is down
 /// answers reads and writes of Secrets with a 500 that names the plugin, and recovers once
-/// the plugin is back.
+/// the plugin is back. Upstream's `kms-providers` check (in `/healthz`, `/livez` and
+/// `/readyz`) follows the plugin; `/metrics` shows the key ID's use, the plugin's calls, the
+/// Secrets in the store and the store's size.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_are_sealed_through_a_kms_v2_plugin() {
     let dir = tempfile::tempdir().unwrap();
@@ -572,6 +657,10 @@ resources:
         "--disable-scheduler",
         "--encryption-provider-config",
         config_arg,
+        // The plugin's Status at least every second (upstream: every minute, and the health
+        // check reuses an answer for 20 s), the store's objects counted every second.
+        "--kms-status-interval=1s",
+        "--etcd-count-metric-poll-period=1s",
     ];
     let plugin = KmsPlugin::start(dir.path()).await;
     let server = RudderServer::start_with_args(RUDDER, &url, &args);
@@ -624,6 +713,47 @@ resources:
     );
     assert_eq!(shown["data"]["password"], "aHVudGVyMg==");
 
+    // Healthy: upstream's check, after etcd's, in every health endpoint.
+    assert_eq!(health(&server, "/healthz/kms-providers"), Ok("ok".into()));
+    assert_eq!(health(&server, "/livez/kms-providers"), Ok("ok".into()));
+    let verbose = health(&server, "/readyz?verbose").unwrap();
+    assert!(
+        verbose.contains("[+]etcd-readiness ok\n[+]kms-providers ok\n"),
+        "{verbose}"
+    );
+    assert!(health(&server, "/healthz?verbose")
+        .unwrap()
+        .contains("[+]etcd ok\n[+]kms-providers ok\n"));
+    assert_kms_metrics(&server, key_id, "to_storage", &["Status", "Encrypt"], 1.0);
+    // Every resource is counted in the store (Secrets were never listed, so the watch cache
+    // does not hold them), and the store's size is reported.
+    rudder_tests::eventually(
+        "apiserver_storage_objects of the Secret",
+        Duration::from_secs(20),
+        || {
+            let text = metrics(&server);
+            async move {
+                sample(&text, "apiserver_storage_objects{resource=\"secrets\"}") == Some(1.0)
+                    && sample(&text, "apiserver_storage_objects{resource=\"namespaces\"}")
+                        .is_some_and(|n| n >= 5.0)
+            }
+        },
+    )
+    .await;
+    let text = metrics(&server);
+    let size = sample(
+        &text,
+        "apiserver_storage_size_bytes{storage_cluster_id=\"etcd-0\"}",
+    )
+    .unwrap_or_else(|| panic!("no apiserver_storage_size_bytes in:\n{text}"));
+    let file = std::fs::metadata(dir.path().join("state.db"))
+        .unwrap()
+        .len();
+    assert!(
+        size >= 4096.0 && size <= 2.0 * file as f64 + 1e6,
+        "{size} bytes reported, the file has {file}"
+    );
+
     // A restarted server has a new seed; the plugin decrypts the old one.
     let server = server.kill_and_restart(RUDDER, &url, &args);
     let k = Kubectl {
@@ -635,6 +765,13 @@ resources:
         k.json(&["get", "secret", "db"])["data"]["password"],
         "aHVudGVyMg=="
     );
+    assert_kms_metrics(
+        &server,
+        key_id,
+        "from_storage",
+        &["Status", "Encrypt", "Decrypt"],
+        2.0,
+    );
 
     // The plugin stops: writes coast on the cached seed, as upstream.
     plugin.stop();
@@ -643,9 +780,54 @@ resources:
         .await
         .starts_with(prefix));
     assert_eq!(k.jsonpath("secret", "later", "{.data.a}"), "Yg==");
+    // … while the health check fails once its last answer is old (here 1 s), as upstream.
+    rudder_tests::eventually(
+        "/healthz/kms-providers to fail",
+        Duration::from_secs(20),
+        || {
+            let answer = health(&server, "/healthz/kms-providers");
+            async move { answer.is_err() }
+        },
+    )
+    .await;
+    let error = health(&server, "/healthz/kms-providers").unwrap_err();
+    assert!(error.contains("kms-providers failed"), "{error}");
+    for path in ["/healthz?verbose", "/livez?verbose", "/readyz?verbose"] {
+        let error = health(&server, path).unwrap_err();
+        assert!(
+            error.contains("[-]kms-providers failed: reason withheld")
+                && !error.contains("kms.sock"),
+            "{path}: {error}"
+        );
+    }
+    assert_eq!(
+        health(&server, "/readyz?exclude=kms-providers"),
+        Ok("ok".into())
+    );
+    let text = metrics(&server);
+    assert!(
+        text.lines().any(|line| line
+            .starts_with("apiserver_envelope_encryption_kms_operations_latency_seconds_count{")
+            && line.contains("method_name=\"/v2.KeyManagementService/Status\"")
+            && !line.contains("grpc_status_code=\"OK\"")),
+        "a failed Status call in:\n{text}"
+    );
+    rudder_tests::eventually(
+        "apiserver_storage_objects of both Secrets",
+        Duration::from_secs(20),
+        || {
+            let text = metrics(&server);
+            async move { sample(&text, "apiserver_storage_objects{resource=\"secrets\"}") == Some(2.0) }
+        },
+    )
+    .await;
 
-    // A server started while the plugin is down has no seed: a 500 naming the plugin.
-    let server = server.kill_and_restart(RUDDER, &url, &args);
+    // A server started while the plugin is down has no seed: a 500 naming the plugin; it is
+    // neither ready nor live.
+    let server =
+        server.kill_and_restart_until(RUDDER, &url, &args, "/readyz?exclude=kms-providers");
+    assert!(health(&server, "/readyz").is_err());
+    assert!(health(&server, "/livez/kms-providers").is_err());
     let k = Kubectl {
         server: &server,
         version: "1.33",
@@ -665,8 +847,18 @@ resources:
         error.contains("has not provided a DEK seed yet") && error.contains(&endpoint),
         "{error}"
     );
-    // Back: the server's next check (every 10 s while failing) primes a seed.
+    // Back: the server's next check (every 10 s while failing, here 1 s) primes a seed.
     let _plugin = KmsPlugin::start(dir.path()).await;
+    rudder_tests::eventually(
+        "/readyz with the plugin back",
+        Duration::from_secs(40),
+        || {
+            let answer = health(&server, "/readyz");
+            async move { answer == Ok("ok".into()) }
+        },
+    )
+    .await;
+    assert_eq!(health(&server, "/healthz/kms-providers"), Ok("ok".into()));
     rudder_tests::eventually(
         "reads through the restarted plugin",
         Duration::from_secs(40),

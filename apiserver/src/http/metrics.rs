@@ -1,5 +1,7 @@
 //! `/metrics`: Prometheus text with upstream's request metrics
-//! (`apiserver_request_total`, `apiserver_request_duration_seconds`), same names and labels.
+//! (`apiserver_request_total`, `apiserver_request_duration_seconds`), same names and labels,
+//! and what the server's components register; each scrape first asks the store's size
+//! (`apiserver_storage_size_bytes`).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -145,6 +147,14 @@ impl Metrics {
 }
 
 pub async fn handler(State(state): State<AppState>) -> Response {
+    // The store's size as of this scrape, as upstream's storage monitor asks it (within 1 s):
+    // the store's decorator records it from the answer.
+    if tokio::time::timeout(Duration::from_secs(1), state.registry.storage().status())
+        .await
+        .is_err()
+    {
+        state.metrics.storage.storage_size(None);
+    }
     (
         [(
             http::header::CONTENT_TYPE,

@@ -104,6 +104,19 @@ impl AppState {
         self
     }
 
+    /// Adds upstream's `kms-providers` health check of the KMS v2 providers in force in
+    /// `current` (call before [`AppState::mark_bootstrapped`]).
+    pub fn with_kms_health(
+        mut self,
+        current: Option<Arc<crate::values::encryption::Current>>,
+    ) -> Self {
+        if let Some(current) = current {
+            self.health =
+                Arc::new(health::Health::new(self.registry.storage().clone()).with_kms(current));
+        }
+        self
+    }
+
     /// Marks the bootstrap post-start hook done (readyz waits for it).
     pub fn mark_bootstrapped(&self) {
         self.health.mark_bootstrapped();

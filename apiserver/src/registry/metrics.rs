@@ -1,5 +1,7 @@
-//! What the watch cache and the watches do, under kube-apiserver's metric names:
-//! `apiserver_storage_objects{resource}` (objects of each cached resource),
+//! What the store holds and what the watch cache and the watches do, under kube-apiserver's
+//! metric names: `apiserver_storage_objects{resource}` (objects of each resource: counted in
+//! the store every minute by [`super::object_count`], and kept current by the watch cache for
+//! the resources it holds),
 //! `apiserver_watch_events_total{group,version,resource}` (events sent to watch clients),
 //! `apiserver_registered_watchers{group,version,kind}`, `apiserver_longrunning_requests`
 //! (watches being served), and the cache's own: `apiserver_watch_cache_events_received_total`,
@@ -60,7 +62,7 @@ pub struct WatchMetrics {
 }
 
 /// `plural` or `plural.group`, as upstream names a resource in these labels.
-fn resource(info: &ResourceInfo) -> String {
+pub(super) fn resource(info: &ResourceInfo) -> String {
     if info.group.is_empty() {
         info.plural.to_string()
     } else {
@@ -78,7 +80,7 @@ impl WatchMetrics {
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "apiserver_storage_objects",
-            "Number of stored objects at the time of last check split by kind.",
+            "Number of stored objects at the time of last check split by kind. In case of a fetching error, the value will be -1",
             self.storage_objects.clone(),
         );
         registry.register(
@@ -116,6 +118,23 @@ impl WatchMetrics {
             "Current resource version of watch cache broken by resource type.",
             self.cache_revision.clone(),
         );
+    }
+
+    /// The store holds `count` objects of the resource labelled `resource` (-1: counting
+    /// failed).
+    pub(super) fn set_stored_objects(&self, resource: &str, count: i64) {
+        self.storage_objects
+            .get_or_create(&ResourceLabel {
+                resource: resource.into(),
+            })
+            .set(count);
+    }
+
+    /// The resource labelled `resource` is no longer served.
+    pub(super) fn remove_stored_objects(&self, resource: &str) {
+        self.storage_objects.remove(&ResourceLabel {
+            resource: resource.into(),
+        });
     }
 
     /// The cache of `info` listed its objects (again).

@@ -20,11 +20,11 @@ use std::path::Path;
 use std::sync::{Arc, RwLock};
 
 pub use config::EncryptionConfiguration;
-pub use reload::{spawn_reload, ReloadMetrics};
+pub use reload::{spawn_reload, Reload, ReloadMetrics};
 
 use ciphers::Cipher;
 use config::{Pattern, Provider};
-use kms::KmsProvider;
+use kms::{KmsContext, KmsProvider};
 
 /// What every encrypted value starts with.
 pub const ENCRYPTED_PREFIX: &[u8] = b"k8s:enc:";
@@ -79,7 +79,7 @@ pub struct Opened<'a> {
 }
 
 impl Chain {
-    fn build(providers: &[Provider]) -> Result<Self, String> {
+    fn build(providers: &[Provider], kms_context: &KmsContext) -> Result<Self, String> {
         let mut transformers = Vec::new();
         for provider in providers {
             let kind = provider.kind();
@@ -94,7 +94,7 @@ impl Chain {
                     continue;
                 }
                 Provider::Kms(kms) => {
-                    let provider = KmsProvider::start(kms)
+                    let provider = KmsProvider::start(kms, kms_context)
                         .map_err(|why| format!("kms provider {:?}: {why}", kms.name))?;
                     let prefix = format!("k8s:enc:kms:v2:{}:", kms.name);
                     transformers.push(Transformer {
@@ -210,27 +210,68 @@ impl Encryption {
         Self { rules: Vec::new() }
     }
 
-    pub fn build(config: &EncryptionConfiguration) -> Result<Self, String> {
+    /// Builds the transformers of `config`; its KMS providers count into `kms_context`'s
+    /// metrics.
+    pub fn build(
+        config: &EncryptionConfiguration,
+        kms_context: &KmsContext,
+    ) -> Result<Self, String> {
         let mut rules = Vec::with_capacity(config.resources.len());
         for (index, rule) in config.resources.iter().enumerate() {
-            let chain = Chain::build(&rule.providers)
+            let chain = Chain::build(&rule.providers, kms_context)
                 .map_err(|why| format!("resources[{index}]: {why}"))?;
             rules.push((rule.resources.clone(), Arc::new(chain)));
         }
         Ok(Self { rules })
     }
 
-    /// Parses and builds a configuration file's text.
+    /// Parses and builds a configuration file's text (KMS providers count into metrics no
+    /// server serves: for tools and tests).
     pub fn parse(text: &str) -> Result<Self, String> {
-        Self::build(&config::parse(text)?)
+        Self::parse_with(text, &KmsContext::default())
+    }
+
+    /// Parses and builds a configuration file's text for a server.
+    pub fn parse_with(text: &str, kms_context: &KmsContext) -> Result<Self, String> {
+        Self::build(&config::parse(text)?, kms_context)
     }
 
     /// Reads, parses and builds a configuration file; the error names the file.
-    pub fn load(path: &Path) -> Result<(Self, String), String> {
+    pub fn load(path: &Path, kms_context: &KmsContext) -> Result<(Self, String), String> {
         let text = std::fs::read_to_string(path)
             .map_err(|error| format!("reading {}: {error}", path.display()))?;
-        let encryption = Self::parse(&text).map_err(|why| format!("{}: {why}", path.display()))?;
+        let encryption = Self::parse_with(&text, kms_context)
+            .map_err(|why| format!("{}: {why}", path.display()))?;
         Ok((encryption, text))
+    }
+
+    /// The KMS v2 providers, in the order the configuration names them.
+    pub fn kms_providers(&self) -> impl Iterator<Item = &KmsProvider> {
+        self.rules
+            .iter()
+            .flat_map(|(_, chain)| chain.transformers.iter())
+            .filter_map(|transformer| match &transformer.sealer {
+                Sealer::Kms(provider) => Some(provider),
+                _ => None,
+            })
+    }
+
+    /// Upstream's `kms-providers` health check: every KMS v2 provider's
+    /// [`KmsProvider::health`], one after the other; the error names each failing one as
+    /// upstream does (`kms-provider-0: …`). Healthy when there is none.
+    pub async fn check_kms_providers(&self) -> Result<(), String> {
+        let providers: Vec<&KmsProvider> = self.kms_providers().collect();
+        let mut failures = Vec::new();
+        for (index, provider) in providers.into_iter().enumerate() {
+            if let Err(why) = provider.health().await {
+                failures.push(format!("kms-provider-{index}: {why}"));
+            }
+        }
+        match failures.len() {
+            0 => Ok(()),
+            1 => Err(failures.remove(0)),
+            _ => Err(format!("[{}]", failures.join(", "))),
+        }
     }
 
     /// The chain of the first rule that covers `resource` in `group`, or `None`.

@@ -17,6 +17,7 @@ use std::sync::atomic::AtomicU64;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::kms::KmsContext;
 use super::shared::Shared;
 use super::{Current, Encryption};
 
@@ -71,19 +72,32 @@ impl ReloadMetrics {
     }
 }
 
-/// Re-reads `path` every `interval` until `shutdown`; `loaded` is the text in force. A new
-/// configuration is published to `shared` too, for the cluster's servers that follow it.
-#[allow(clippy::too_many_arguments)]
+/// What to reload, how often, and what the configurations it builds share.
+pub struct Reload {
+    pub path: PathBuf,
+    /// The text in force.
+    pub loaded: String,
+    pub interval: Duration,
+    /// The server's KMS metrics and intervals, for the KMS providers of a new configuration.
+    pub kms_context: KmsContext,
+}
+
+/// Re-reads `reload.path` every `reload.interval` until `shutdown`. A new configuration is
+/// published to `shared` too, for the cluster's servers that follow it.
 pub fn spawn_reload(
     current: Arc<Current>,
-    path: PathBuf,
-    loaded: String,
-    interval: Duration,
+    reload: Reload,
     metrics: Arc<ReloadMetrics>,
     shared: Option<Shared>,
     tasks: &TaskTracker,
     shutdown: CancellationToken,
 ) {
+    let Reload {
+        path,
+        loaded,
+        interval,
+        kms_context,
+    } = reload;
     tasks.spawn(async move {
         let mut in_force = loaded;
         let mut failed_text: Option<String> = None;
@@ -103,7 +117,7 @@ pub fn spawn_reload(
             if text == in_force || failed_text.as_ref() == Some(&text) {
                 continue;
             }
-            match Encryption::parse(&text) {
+            match Encryption::parse_with(&text, &kms_context) {
                 Ok(encryption) => {
                     current.replace(encryption);
                     failed_text = None;

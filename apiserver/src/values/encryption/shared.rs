@@ -16,6 +16,7 @@ use rudder_storage::Storage;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::kms::KmsContext;
 use super::{Current, Encryption};
 use crate::pki::cluster;
 
@@ -66,6 +67,7 @@ pub fn spawn_follow(
     shared: Shared,
     loaded: String,
     interval: Duration,
+    kms_context: KmsContext,
     tasks: &TaskTracker,
     shutdown: CancellationToken,
 ) {
@@ -87,7 +89,7 @@ pub fn spawn_follow(
             if text == in_force {
                 continue;
             }
-            match Encryption::parse(&text) {
+            match Encryption::parse_with(&text, &kms_context) {
                 Ok(encryption) => {
                     current.replace(encryption);
                     in_force = text;

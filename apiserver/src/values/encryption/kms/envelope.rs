@@ -143,14 +143,37 @@ pub(super) fn validate_source(source: &[u8]) -> Result<(), String> {
 
 /// A key ID: present, at most 1 kB.
 pub(super) fn validate_key_id(key_id: &str) -> Result<(), String> {
+    check_key_id(key_id).map_err(|error| error.to_string())
+}
+
+/// Why a key ID is refused.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub(super) enum KeyIdError {
+    /// No key ID at all.
+    #[error("the key ID is empty")]
+    Empty,
+    /// A key ID of this many bytes, over 1 kB.
+    #[error("the key ID is {0} bytes, more than the {MAX_KEY_ID} allowed")]
+    TooLong(usize),
+}
+
+impl KeyIdError {
+    /// Upstream's code for it in `apiserver_envelope_encryption_invalid_key_id_from_status_total`.
+    pub(super) fn code(&self) -> &'static str {
+        match self {
+            Self::Empty => "empty",
+            Self::TooLong(_) => "too_long",
+        }
+    }
+}
+
+/// [`validate_key_id`], with the reason as a value.
+pub(super) fn check_key_id(key_id: &str) -> Result<(), KeyIdError> {
     if key_id.is_empty() {
-        return Err("the key ID is empty".into());
+        return Err(KeyIdError::Empty);
     }
     if key_id.len() > MAX_KEY_ID {
-        return Err(format!(
-            "the key ID is {} bytes, more than the {MAX_KEY_ID} allowed",
-            key_id.len()
-        ));
+        return Err(KeyIdError::TooLong(key_id.len()));
     }
     Ok(())
 }

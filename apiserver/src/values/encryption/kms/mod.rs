@@ -12,9 +12,14 @@
 //! the current seed writable for 3 more minutes; while the plugin is down, writes go on with
 //! the cached seed until then and fail after, with the plugin's last error, as upstream
 //! ("coasting"). Until the first check succeeds, nothing can be sealed or opened.
+//!
+//! The same check answers the server's `kms-providers` health check ([`KmsProvider::health`]):
+//! a check asks `Status` again when the last answer is older than 20 s (3 s after a failure),
+//! as upstream's probe. Every provider of a server counts into one [`KmsMetrics`].
 
 pub mod api;
 mod envelope;
+pub mod metrics;
 mod plugin;
 
 use std::collections::{BTreeMap, HashMap};
@@ -26,6 +31,9 @@ use prost::Message;
 
 use api::{EncryptRequest, EncryptedDekSourceType, EncryptedObject};
 use envelope::{key_id_hash, DataKey, SEED_LEN};
+pub use metrics::KmsMetrics;
+use metrics::Transformation;
+pub use plugin::StatusIntervals;
 
 use super::config::Kms;
 
@@ -34,6 +42,14 @@ use super::config::Kms;
 const WRITE_TTL: Duration = Duration::from_secs(3 * 60);
 /// How long a decrypted seed stays cached (upstream's `cacheTTL`).
 const SEED_CACHE_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// What every KMS v2 provider of a server shares: the metrics it counts into and how often it
+/// asks `Status`.
+#[derive(Clone, Default)]
+pub struct KmsContext {
+    pub metrics: Arc<KmsMetrics>,
+    pub intervals: StatusIntervals,
+}
 
 /// One configured KMS v2 provider: its plugin connection and its seeds.
 pub struct KmsProvider {
@@ -54,18 +70,29 @@ struct Shared {
     name: String,
     /// The seed that seals, once the plugin has encrypted one.
     writer: RwLock<Option<Arc<WriteSeed>>>,
-    /// Why the last `Status` check failed, for the messages of writes that cannot proceed.
-    last_error: RwLock<Option<String>>,
+    /// The last `Status` check: when, and why it failed (for health checks, and the messages
+    /// of writes that cannot proceed). `None` until the first one ends.
+    last_check: RwLock<Option<LastCheck>>,
     /// The plugin's API version from its first healthy answer; it must not change.
     version: Mutex<Option<String>>,
     /// Decrypted DEK sources by their cache key.
     seeds: Mutex<HashMap<Vec<u8>, CachedKey>>,
+    metrics: Arc<KmsMetrics>,
+}
+
+/// The outcome of one `Status` check.
+#[derive(Clone)]
+struct LastCheck {
+    at: Instant,
+    result: Result<(), String>,
 }
 
 /// The seed that seals, with the fields every value it seals carries.
 struct WriteSeed {
     key: Arc<DataKey>,
     key_id: String,
+    /// `key_id`'s hash, as messages and metrics show it.
+    key_id_hash: String,
     encrypted_source: Vec<u8>,
     annotations: BTreeMap<String, Vec<u8>>,
     cache_key: Vec<u8>,
@@ -81,20 +108,29 @@ struct CachedKey {
 impl KmsProvider {
     /// Connects to the plugin `config` names and primes the first seed (a failure is
     /// logged, not fatal: the plugin may start after the server).
-    pub fn start(config: &Kms) -> Result<Self, String> {
+    pub fn start(config: &Kms, context: &KmsContext) -> Result<Self, String> {
         let shared = Arc::new(Shared {
             name: config.name.clone(),
             writer: RwLock::new(None),
-            last_error: RwLock::new(None),
+            last_check: RwLock::new(None),
             version: Mutex::new(None),
             seeds: Mutex::new(HashMap::new()),
+            metrics: context.metrics.clone(),
         });
         let plugin = plugin::Handle::start(
             PathBuf::from(&config.socket),
             config.timeout,
+            context.intervals,
             shared.clone(),
         )?;
         Ok(Self { shared, plugin })
+    }
+
+    /// The health check: the last `Status` check's outcome, or a new check when that one is
+    /// older than 20 s (3 s when it failed). Healthy: the plugin answered `ok`, API version
+    /// v2 and a valid key ID, and a seed for that key ID is in place.
+    pub async fn health(&self) -> Result<(), String> {
+        self.plugin.health().await
     }
 
     /// Seals `plain`, stored under `key`, into an `EncryptedObject` (without the prefix).
@@ -104,12 +140,17 @@ impl KmsProvider {
         if Instant::now() > until {
             return Err(format!(
                 "the DEK seed of key ID hash {:?} expired {}s ago: the KMS v2 plugin has not passed a health check for over {}s ({})",
-                key_id_hash(&writer.key_id),
+                writer.key_id_hash,
                 until.elapsed().as_secs(),
                 WRITE_TTL.as_secs(),
                 self.shared.last_error().unwrap_or_else(|| "no error recorded".into())
             ));
         }
+        self.shared.metrics.key_id_used(
+            Transformation::ToStorage,
+            &self.shared.name,
+            &writer.key_id_hash,
+        );
         let encrypted_data = writer
             .key
             .seal(plain, key)
@@ -130,6 +171,11 @@ impl KmsProvider {
         let object = EncryptedObject::decode(sealed)
             .map_err(|error| format!("not an EncryptedObject: {error}"))?;
         let kind = envelope::validate(&object)?;
+        self.shared.metrics.key_id_used(
+            Transformation::FromStorage,
+            &self.shared.name,
+            &key_id_hash(&object.key_id),
+        );
         // As upstream, reads too wait for the first successful check.
         let writer = self.shared.writer()?;
         let cache_key = envelope::cache_key(
@@ -198,11 +244,15 @@ impl Shared {
         })
     }
 
-    fn last_error(&self) -> Option<String> {
-        match self.last_error.read() {
-            Ok(error) => error.clone(),
+    fn last_check(&self) -> Option<LastCheck> {
+        match self.last_check.read() {
+            Ok(last) => last.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
         }
+    }
+
+    fn last_error(&self) -> Option<String> {
+        self.last_check().and_then(|last| last.result.err())
     }
 
     fn remember(&self, cache_key: Vec<u8>, key: Arc<DataKey>) {
@@ -216,6 +266,7 @@ impl Shared {
                 expires: now + SEED_CACHE_TTL,
             },
         );
+        self.metrics.dek_source_cache_size(&self.name, seeds.len());
     }
 
     /// One health check: `Status` must say `ok`, `v2` (or `v2beta1`, not changing) and a
@@ -223,10 +274,13 @@ impl Shared {
     /// for later messages.
     async fn refresh(&self, plugin: &plugin::Plugin) -> Result<(), String> {
         let result = self.check(plugin).await;
-        let error = result.as_ref().err().cloned();
-        match self.last_error.write() {
-            Ok(mut last) => *last = error,
-            Err(poisoned) => *poisoned.into_inner() = error,
+        let last = Some(LastCheck {
+            at: Instant::now(),
+            result: result.clone(),
+        });
+        match self.last_check.write() {
+            Ok(mut slot) => *slot = last,
+            Err(poisoned) => *poisoned.into_inner() = last,
         }
         result
     }
@@ -255,9 +309,14 @@ impl Shared {
                 Some(_) => {}
             }
         }
-        match envelope::validate_key_id(&status.key_id) {
-            Err(error) => problems.push(format!("its Status: {error}")),
+        match envelope::check_key_id(&status.key_id) {
+            Err(error) => {
+                self.metrics.invalid_status_key_id(&self.name, error.code());
+                problems.push(format!("its Status: {error}"));
+            }
             Ok(()) => {
+                self.metrics
+                    .status_key_id(&self.name, &key_id_hash(&status.key_id));
                 if let Err(error) = self.rotate(plugin, &status.key_id, writable_until).await {
                     problems.push(error);
                 }
@@ -319,6 +378,7 @@ impl Shared {
         self.remember(cache_key.clone(), key.clone());
         let fresh = Arc::new(WriteSeed {
             key,
+            key_id_hash: key_id_hash(&response.key_id),
             key_id: response.key_id,
             encrypted_source: response.ciphertext,
             annotations: response.annotations,
@@ -328,8 +388,8 @@ impl Shared {
         tracing::info!(
             kms = %self.name,
             uid,
-            new_key_id_hash = key_id_hash(&fresh.key_id),
-            old_key_id_hash = current.map(|seed| key_id_hash(&seed.key_id)).unwrap_or_default(),
+            new_key_id_hash = fresh.key_id_hash,
+            old_key_id_hash = current.map(|seed| seed.key_id_hash.clone()).unwrap_or_default(),
             "a new DEK seed seals values"
         );
         match self.writer.write() {

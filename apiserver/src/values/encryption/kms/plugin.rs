@@ -14,24 +14,80 @@
 //!  open() ──Decrypt──▶ request channel ──▶ kms thread: gRPC over unix socket ──▶ plugin
 //!    ▲                                            │
 //!    └──────── reply (std channel, bounded wait) ◀┘     + Status every 1 min (10 s failing)
+//!  health() ──────────▶ request channel ──▶ the last check if recent, else Status now
 //! ```
+//!
+//! Every call to the plugin is timed into `apiserver_envelope_encryption_kms_operations_latency_seconds`.
 
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use tonic::transport::{Channel, Endpoint};
 
 use super::api::key_management_service_client::KeyManagementServiceClient;
 use super::api::{DecryptRequest, EncryptRequest, EncryptResponse, StatusRequest, StatusResponse};
+use super::metrics::{grpc_code_name, KmsMetrics};
 use super::Shared;
 
-/// How often `Status` is asked while the plugin is healthy, and while it is not (upstream's
-/// `kmsv2PluginHealthzPositiveInterval` and `…NegativeInterval`).
-const HEALTHY_POLL: Duration = Duration::from_secs(60);
-const FAILING_POLL: Duration = Duration::from_secs(10);
+/// How often a provider asks its plugin's `Status`, and how long a health check reuses the
+/// last answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatusIntervals {
+    /// Between polls while the plugin is healthy (upstream's
+    /// `kmsv2PluginHealthzPositiveInterval`, 1 min).
+    pub healthy_poll: Duration,
+    /// Between polls while it is not (`kmsv2PluginHealthzNegativeInterval`, 10 s).
+    pub failing_poll: Duration,
+    /// How long a health check answers with a healthy last check
+    /// (`kmsPluginHealthzPositiveTTL`, 20 s).
+    pub healthy_ttl: Duration,
+    /// How long a health check answers with a failed last check (`…NegativeTTL`, 3 s).
+    pub failing_ttl: Duration,
+}
+
+impl Default for StatusIntervals {
+    /// Upstream's intervals.
+    fn default() -> Self {
+        Self {
+            healthy_poll: Duration::from_secs(60),
+            failing_poll: Duration::from_secs(10),
+            healthy_ttl: Duration::from_secs(20),
+            failing_ttl: Duration::from_secs(3),
+        }
+    }
+}
+
+impl StatusIntervals {
+    /// Upstream's intervals, none longer than `limit` (tests that cannot wait a minute).
+    pub fn at_most(limit: Duration) -> Self {
+        let upstream = Self::default();
+        Self {
+            healthy_poll: upstream.healthy_poll.min(limit),
+            failing_poll: upstream.failing_poll.min(limit),
+            healthy_ttl: upstream.healthy_ttl.min(limit),
+            failing_ttl: upstream.failing_ttl.min(limit),
+        }
+    }
+
+    fn poll_after(&self, result: &Result<(), String>) -> Duration {
+        if result.is_ok() {
+            self.healthy_poll
+        } else {
+            self.failing_poll
+        }
+    }
+
+    fn ttl_of(&self, result: &Result<(), String>) -> Duration {
+        if result.is_ok() {
+            self.healthy_ttl
+        } else {
+            self.failing_ttl
+        }
+    }
+}
 
 /// The async side: one plugin's gRPC client with the configured timeout on every call.
 #[derive(Clone)]
@@ -39,12 +95,15 @@ pub(super) struct Plugin {
     client: KeyManagementServiceClient<Channel>,
     endpoint: String,
     timeout: Duration,
+    /// The provider's name, as the latency metric labels it.
+    provider: String,
+    metrics: Arc<KmsMetrics>,
 }
 
 impl Plugin {
     /// A client of the plugin listening on `socket`; it connects on the first call. Must be
     /// called inside a tokio runtime.
-    fn new(socket: PathBuf, timeout: Duration) -> Self {
+    fn new(socket: PathBuf, timeout: Duration, shared: &Shared) -> Self {
         let endpoint = format!("unix://{}", socket.display());
         let connector = tower::service_fn(move |_: http::Uri| {
             let socket = socket.clone();
@@ -61,6 +120,8 @@ impl Plugin {
             client: KeyManagementServiceClient::new(channel),
             endpoint,
             timeout,
+            provider: shared.name.clone(),
+            metrics: shared.metrics.clone(),
         }
     }
 
@@ -86,7 +147,21 @@ impl Plugin {
         method: &str,
         call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     ) -> Result<T, String> {
-        match tokio::time::timeout(self.timeout, call).await {
+        let started = Instant::now();
+        let result = tokio::time::timeout(self.timeout, call).await;
+        // A call cut by the timeout is what gRPC reports for a context's deadline.
+        let code = match &result {
+            Ok(Ok(_)) => "OK",
+            Ok(Err(status)) => grpc_code_name(status.code()),
+            Err(_) => "DeadlineExceeded",
+        };
+        self.metrics.operation(
+            &self.provider,
+            &format!("/v2.KeyManagementService/{method}"),
+            code,
+            started.elapsed(),
+        );
+        match result {
             Ok(Ok(response)) => Ok(response.into_inner()),
             Ok(Err(status)) => Err(format!(
                 "the KMS v2 plugin at {} failed {method}: {:?}: {}",
@@ -112,6 +187,10 @@ enum Request {
     Refresh {
         reply: std::sync::mpsc::SyncSender<Result<(), String>>,
     },
+    /// The health check: the last check's outcome while it is recent, else a new check.
+    Health {
+        reply: tokio::sync::oneshot::Sender<Result<(), String>>,
+    },
 }
 
 /// The synchronous side: how the provider reaches its plugin thread.
@@ -129,6 +208,7 @@ impl Handle {
     pub(super) fn start(
         socket: PathBuf,
         timeout: Duration,
+        intervals: StatusIntervals,
         shared: Arc<Shared>,
     ) -> Result<Self, String> {
         let endpoint = format!("unix://{}", socket.display());
@@ -148,7 +228,10 @@ impl Handle {
                         return;
                     }
                 };
-                runtime.block_on(serve(socket, timeout, shared, receiver, primed));
+                runtime.block_on(async move {
+                    let plugin = Plugin::new(socket, timeout, &shared);
+                    serve(plugin, intervals, shared, receiver, primed).await;
+                });
             })
             .map_err(|error| format!("cannot start the KMS plugin thread: {error}"))?;
         let handle = Self {
@@ -189,6 +272,20 @@ impl Handle {
             .unwrap_or_else(|| Err(self.late("Status")))
     }
 
+    /// The health check's answer, waiting at most for one `Status` check (and the `Encrypt`
+    /// of a new seed).
+    pub(super) async fn health(&self) -> Result<(), String> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.requests
+            .send(Request::Health { reply })
+            .map_err(|_| self.gone())?;
+        match tokio::time::timeout(2 * self.timeout + Duration::from_secs(1), answer).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(self.gone()),
+            Err(_) => Err(self.late("Status")),
+        }
+    }
+
     fn gone(&self) -> String {
         format!(
             "the connection to the KMS v2 plugin at {} has stopped",
@@ -219,15 +316,14 @@ fn wait<T>(answer: &std::sync::mpsc::Receiver<T>, limit: Duration) -> Option<T> 
 /// The plugin thread: the first check, then requests and the `Status` poll until every
 /// [`Handle`] is gone.
 async fn serve(
-    socket: PathBuf,
-    timeout: Duration,
+    plugin: Plugin,
+    intervals: StatusIntervals,
     shared: Arc<Shared>,
     mut requests: mpsc::UnboundedReceiver<Request>,
     primed: std::sync::mpsc::SyncSender<Result<(), String>>,
 ) {
-    let plugin = Plugin::new(socket, timeout);
     let first = shared.refresh(&plugin).await;
-    let mut next = tokio::time::Instant::now() + interval(&first);
+    let mut next = tokio::time::Instant::now() + intervals.poll_after(&first);
     let _ = primed.send(first);
     loop {
         tokio::select! {
@@ -241,25 +337,32 @@ async fn serve(
                 }
                 Some(Request::Refresh { reply }) => {
                     let result = shared.refresh(&plugin).await;
-                    next = tokio::time::Instant::now() + interval(&result);
+                    next = tokio::time::Instant::now() + intervals.poll_after(&result);
+                    let _ = reply.send(result);
+                }
+                Some(Request::Health { reply }) => {
+                    let recent = shared
+                        .last_check()
+                        .filter(|last| last.at.elapsed() < intervals.ttl_of(&last.result));
+                    let result = match recent {
+                        Some(last) => last.result,
+                        None => {
+                            let result = shared.refresh(&plugin).await;
+                            next = tokio::time::Instant::now() + intervals.poll_after(&result);
+                            result
+                        }
+                    };
                     let _ = reply.send(result);
                 }
             },
             () = tokio::time::sleep_until(next) => {
                 let result = shared.refresh(&plugin).await;
+                let after = intervals.poll_after(&result);
                 if let Err(error) = &result {
-                    tracing::warn!(kms = %shared.name, %error, "the KMS v2 plugin failed its health check; asking again in 10 s");
+                    tracing::warn!(kms = %shared.name, %error, retry_in = ?after, "the KMS v2 plugin failed its health check");
                 }
-                next = tokio::time::Instant::now() + interval(&result);
+                next = tokio::time::Instant::now() + after;
             }
         }
-    }
-}
-
-fn interval(result: &Result<(), String>) -> Duration {
-    if result.is_ok() {
-        HEALTHY_POLL
-    } else {
-        FAILING_POLL
     }
 }

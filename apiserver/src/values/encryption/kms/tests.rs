@@ -25,6 +25,7 @@ struct FakeState {
     key_id: String,
     keys: HashMap<String, [u8; 32]>,
     healthz: String,
+    statuses: usize,
     encrypts: usize,
     decrypts: usize,
 }
@@ -38,6 +39,7 @@ impl FakePlugin {
             key_id: "key-1".into(),
             keys: HashMap::from([("key-1".to_string(), [1; 32])]),
             healthz: "ok".into(),
+            statuses: 0,
             encrypts: 0,
             decrypts: 0,
         })))
@@ -65,7 +67,8 @@ impl KeyManagementService for FakePlugin {
         &self,
         _: tonic::Request<StatusRequest>,
     ) -> Result<tonic::Response<StatusResponse>, tonic::Status> {
-        let state = self.state();
+        let mut state = self.state();
+        state.statuses += 1;
         Ok(tonic::Response::new(StatusResponse {
             version: "v2".into(),
             healthz: state.healthz.clone(),
@@ -176,7 +179,7 @@ fn decode(sealed: &[u8]) -> EncryptedObject {
 #[tokio::test(flavor = "multi_thread")]
 async fn values_round_trip_in_upstreams_layout_without_calling_decrypt() {
     let served = Served::start().await;
-    let provider = KmsProvider::start(&served.config()).expect("starts");
+    let provider = KmsProvider::start(&served.config(), &KmsContext::default()).expect("starts");
     assert_eq!(
         served.plugin.counts(),
         (1, 0),
@@ -214,12 +217,12 @@ async fn values_round_trip_in_upstreams_layout_without_calling_decrypt() {
 #[tokio::test(flavor = "multi_thread")]
 async fn another_run_decrypts_a_seed_once_and_then_uses_its_cache() {
     let served = Served::start().await;
-    let first = KmsProvider::start(&served.config()).expect("starts");
+    let first = KmsProvider::start(&served.config(), &KmsContext::default()).expect("starts");
     let one = first.seal(b"one", KEY).expect("seals");
     let two = first.seal(b"two", KEY).expect("seals");
     drop(first);
 
-    let second = KmsProvider::start(&served.config()).expect("starts");
+    let second = KmsProvider::start(&served.config(), &KmsContext::default()).expect("starts");
     assert_eq!(served.plugin.counts(), (2, 0), "a new seed per run");
     assert_eq!(second.open(&one, KEY).expect("opens").plain, b"one");
     assert_eq!(served.plugin.counts(), (2, 1));
@@ -236,7 +239,7 @@ async fn another_run_decrypts_a_seed_once_and_then_uses_its_cache() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_new_key_id_rotates_the_seed_and_old_values_read_as_stale() {
     let served = Served::start().await;
-    let provider = KmsProvider::start(&served.config()).expect("starts");
+    let provider = KmsProvider::start(&served.config(), &KmsContext::default()).expect("starts");
     let old = provider.seal(b"old", KEY).expect("seals");
 
     provider.refresh().expect("healthy");
@@ -267,7 +270,7 @@ async fn a_new_key_id_rotates_the_seed_and_old_values_read_as_stale() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unhealthy_plugin_is_reported_and_an_expired_seed_stops_writes() {
     let served = Served::start().await;
-    let provider = KmsProvider::start(&served.config()).expect("starts");
+    let provider = KmsProvider::start(&served.config(), &KmsContext::default()).expect("starts");
     served.plugin.state().healthz = "disk full".into();
     let error = provider.refresh().expect_err("unhealthy");
     assert!(error.contains("healthz \"disk full\""), "{error}");
@@ -290,9 +293,9 @@ async fn an_unhealthy_plugin_is_reported_and_an_expired_seed_stops_writes() {
 async fn with_the_plugin_down_writes_coast_and_unknown_seeds_fail_fast_and_clearly() {
     let served = Served::start().await;
     let config = served.config();
-    let earlier = KmsProvider::start(&config).expect("starts");
+    let earlier = KmsProvider::start(&config, &KmsContext::default()).expect("starts");
     let from_earlier = earlier.seal(b"earlier", KEY).expect("seals");
-    let provider = KmsProvider::start(&config).expect("starts");
+    let provider = KmsProvider::start(&config, &KmsContext::default()).expect("starts");
     let dir = served.stop().await;
 
     // The cached seed still seals and opens this run's values.
@@ -312,7 +315,7 @@ async fn with_the_plugin_down_writes_coast_and_unknown_seeds_fail_fast_and_clear
         "{error}"
     );
     // A provider started while the plugin is down has no seed: nothing seals.
-    let orphan = KmsProvider::start(&config).expect("starts anyway");
+    let orphan = KmsProvider::start(&config, &KmsContext::default()).expect("starts anyway");
     let error = orphan.seal(b"v", KEY).expect_err("no seed");
     assert!(
         error.contains("has not provided a DEK seed yet") && error.contains("Status"),
@@ -356,4 +359,146 @@ resources:
         other => panic!("{:?}", other.map(|opened| opened.plain.into_owned())),
     }
     served.stop().await;
+}
+
+fn encode(metrics: &KmsMetrics) -> String {
+    let mut registry = prometheus_client::registry::Registry::default();
+    metrics.register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+    text
+}
+
+/// The value of the series `series` (name and labels) in `text`.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_health_check_reuses_a_recent_answer_and_asks_status_when_it_is_old() {
+    let served = Served::start().await;
+    let ttl = Duration::from_millis(300);
+    let context = KmsContext {
+        metrics: Arc::new(KmsMetrics::default()),
+        intervals: StatusIntervals {
+            healthy_poll: Duration::from_secs(3600),
+            failing_poll: Duration::from_secs(3600),
+            healthy_ttl: ttl,
+            failing_ttl: ttl,
+        },
+    };
+    let provider = KmsProvider::start(&served.config(), &context).expect("starts");
+    let statuses = || served.plugin.state().statuses;
+    assert_eq!(statuses(), 1, "the first check");
+    provider.health().await.expect("healthy");
+    assert_eq!(statuses(), 1, "the first check is recent");
+
+    served.plugin.state().healthz = "disk full".into();
+    provider.health().await.expect("the recent answer still");
+    tokio::time::sleep(ttl).await;
+    let error = provider.health().await.expect_err("asked again");
+    assert!(error.contains("healthz \"disk full\""), "{error}");
+    assert_eq!(statuses(), 2);
+    provider.health().await.expect_err("the recent failure");
+    assert_eq!(statuses(), 2);
+
+    // Back, with an invalid key ID: unhealthy, and counted by upstream's code for it.
+    {
+        let mut state = served.plugin.state();
+        state.healthz = "ok".into();
+        state.key_id = String::new();
+    }
+    tokio::time::sleep(ttl).await;
+    let error = provider.health().await.expect_err("no key ID");
+    assert!(error.contains("key ID is empty"), "{error}");
+    let text = encode(&context.metrics);
+    assert_eq!(
+        sample(&text, "apiserver_envelope_encryption_invalid_key_id_from_status_total{error=\"empty\",provider_name=\"fake\"}"),
+        Some(1.0),
+        "{text}"
+    );
+    served.plugin.state().key_id = "key-1".into();
+    tokio::time::sleep(ttl).await;
+    provider.health().await.expect("healthy again");
+
+    // A plugin that is gone fails the check once the last answer is old.
+    let dir = served.stop().await;
+    tokio::time::sleep(ttl).await;
+    let error = provider.health().await.expect_err("gone");
+    assert!(error.contains("Status"), "{error}");
+    drop(dir);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn key_ids_calls_and_cached_seeds_are_counted_as_upstream_counts_them() {
+    let served = Served::start().await;
+    let context = KmsContext {
+        metrics: Arc::new(KmsMetrics::new("server-1")),
+        intervals: StatusIntervals::default(),
+    };
+    let earlier = KmsProvider::start(&served.config(), &KmsContext::default()).expect("starts");
+    let from_earlier = earlier.seal(b"earlier", KEY).expect("seals");
+    drop(earlier);
+    let provider = KmsProvider::start(&served.config(), &context).expect("starts");
+    let sealed = provider.seal(b"v", KEY).expect("seals");
+    provider.seal(b"w", KEY).expect("seals");
+    provider.open(&sealed, KEY).expect("opens");
+    provider
+        .open(&from_earlier, KEY)
+        .expect("opens through Decrypt");
+    let text = encode(&context.metrics);
+
+    let key = key_id_hash("key-1");
+    let server = key_id_hash("server-1");
+    let used = |transformation: &str| {
+        format!("apiserver_envelope_encryption_key_id_hash_total{{apiserver_id_hash=\"{server}\",key_id_hash=\"{key}\",provider_name=\"fake\",transformation_type=\"{transformation}\"}}")
+    };
+    assert_eq!(sample(&text, &used("to_storage")), Some(2.0), "{text}");
+    assert_eq!(sample(&text, &used("from_storage")), Some(2.0), "{text}");
+    let reported = sample(
+        &text,
+        &format!("apiserver_envelope_encryption_key_id_hash_status_last_timestamp_seconds{{apiserver_id_hash=\"{server}\",key_id_hash=\"{key}\",provider_name=\"fake\"}}"),
+    )
+    .expect("the Status key ID's time");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64();
+    assert!((now - reported).abs() < 60.0, "{reported}");
+    // This run's seed and the earlier run's, decrypted once.
+    assert_eq!(
+        sample(
+            &text,
+            "apiserver_envelope_encryption_dek_source_cache_size{provider_name=\"fake\"}"
+        ),
+        Some(2.0),
+        "{text}"
+    );
+    for (method, calls) in [("Status", 1.0), ("Encrypt", 1.0), ("Decrypt", 1.0)] {
+        let series = format!("apiserver_envelope_encryption_kms_operations_latency_seconds_count{{grpc_status_code=\"OK\",method_name=\"/v2.KeyManagementService/{method}\",provider_name=\"fake\"}}");
+        assert_eq!(sample(&text, &series), Some(calls), "{series} in\n{text}");
+    }
+
+    // A call that fails is labelled with its gRPC code.
+    let dir = served.stop().await;
+    provider.refresh().expect_err("the plugin is gone");
+    let text = encode(&context.metrics);
+    let failed: Vec<&str> = text
+        .lines()
+        .filter(|line| {
+            line.starts_with("apiserver_envelope_encryption_kms_operations_latency_seconds_count{")
+                && line.contains("/Status")
+                && !line.contains("grpc_status_code=\"OK\"")
+        })
+        .collect();
+    assert_eq!(failed.len(), 1, "{text}");
+    assert!(
+        failed[0].contains("grpc_status_code=\"Unavailable\"")
+            || failed[0].contains("grpc_status_code=\"Unknown\""),
+        "{}",
+        failed[0]
+    );
+    drop(dir);
 }
