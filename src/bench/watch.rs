@@ -132,7 +132,7 @@ fn table(outcomes: &[Outcome]) -> Table {
             outcome.subject.clone(),
             format!("{:.0} MB", outcome.rss_pods_mb),
             format!(
-                "{:.0} MB (+{:.0})",
+                "{:.0} MB ({:+.0})",
                 outcome.rss_watchers_mb,
                 outcome.rss_watchers_mb - outcome.rss_pods_mb
             ),
