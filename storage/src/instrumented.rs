@@ -113,17 +113,17 @@ impl StorageMetrics {
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "etcd_request_duration_seconds",
-            "Etcd request latency in seconds for each operation and object type.",
+            "Etcd request latency in seconds for each operation and object type",
             self.duration.clone(),
         );
         registry.register(
             "etcd_requests",
-            "Etcd request counts for each operation and object type.",
+            "Etcd request counts for each operation and object type",
             self.requests.clone(),
         );
         registry.register(
             "etcd_request_errors",
-            "Etcd failed request counts for each operation and object type.",
+            "Etcd failed request counts for each operation and object type",
             self.errors.clone(),
         );
         registry.register(

@@ -76,12 +76,12 @@ impl Metrics {
         );
         registry.register(
             "apiserver_request",
-            "Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, component, and HTTP response code.",
+            "Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, component, and HTTP response code",
             total.clone(),
         );
         registry.register(
             "apiserver_request_duration_seconds",
-            "Response latency distribution in seconds for each verb, dry run value, group, version, resource, subresource, scope and component.",
+            "Response latency distribution in seconds for each verb, dry run value, group, version, resource, subresource, scope and component",
             duration.clone(),
         );
         let storage = Arc::new(StorageMetrics::default());

@@ -95,27 +95,27 @@ impl WatchMetrics {
         );
         registry.register(
             "apiserver_longrunning_requests",
-            "Gauge of all active long-running apiserver requests broken out by verb, group, version, resource, scope and component. Not all requests are tracked this way.",
+            "Gauge of all active long-running apiserver requests broken out by verb, group, version, resource, scope and component. Not all requests are tracked this way",
             self.longrunning.clone(),
         );
         registry.register(
             "apiserver_watch_cache_events_received",
-            "Counter of events received in watch cache broken by resource type.",
+            "Counter of events received in watch cache broken by resource type",
             self.cache_received.clone(),
         );
         registry.register(
             "apiserver_watch_cache_events_dispatched",
-            "Counter of events dispatched in watch cache broken by resource type.",
+            "Counter of events dispatched in watch cache broken by resource type",
             self.cache_dispatched.clone(),
         );
         registry.register(
             "apiserver_watch_cache_initializations",
-            "Counter of watch cache initializations broken by resource type.",
+            "Counter of watch cache initializations broken by resource type",
             self.cache_initializations.clone(),
         );
         registry.register(
             "apiserver_watch_cache_resource_version",
-            "Current resource version of watch cache broken by resource type.",
+            "Current resource version of watch cache broken by resource type",
             self.cache_revision.clone(),
         );
     }

@@ -70,12 +70,12 @@ impl TransformMetrics {
     pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
         registry.register(
             "apiserver_storage_transformation_operations",
-            "Total number of transformations. Successful transformation will have a status 'OK' and a varied status string when the transformation fails.",
+            "Total number of transformations. Successful transformation will have a status 'OK' and a varied status string when the transformation fails",
             self.operations.clone(),
         );
         registry.register(
             "apiserver_storage_transformation_duration_seconds",
-            "Latencies in seconds of value transformation operations.",
+            "Latencies in seconds of value transformation operations",
             self.duration.clone(),
         );
     }

@@ -49,12 +49,12 @@ impl ReloadMetrics {
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "apiserver_encryption_config_controller_automatic_reloads",
-            "Total number of reload successes and failures of encryption configuration split by apiserver identity.",
+            "Total number of reload successes and failures of encryption configuration split by apiserver identity",
             self.reloads.clone(),
         );
         registry.register(
             "apiserver_encryption_config_controller_automatic_reload_last_timestamp_seconds",
-            "Timestamp of the last successful or failed automatic reload of encryption configuration split by apiserver identity.",
+            "Timestamp of the last successful or failed automatic reload of encryption configuration split by apiserver identity",
             self.last.clone(),
         );
     }
