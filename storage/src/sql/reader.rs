@@ -477,38 +477,32 @@ impl Reader {
         .await
     }
 
-    pub async fn db_size(&self) -> Result<i64> {
+    /// The one value a one-row, one-column statement returns.
+    async fn scalar<T>(&self, sql: &'static str) -> Result<T>
+    where
+        T: for<'r> sqlx::Decode<'r, sqlx::Any> + sqlx::Type<sqlx::Any> + Send + Unpin,
+    {
         self.retrying(|| async {
-            let row = sqlx::query(self.dialect.db_size)
+            let row = sqlx::query(sql)
                 .fetch_one(&mut *self.conn().await?)
                 .await
                 .map_err(translate)?;
             row.try_get(0).map_err(translate)
         })
         .await
+    }
+
+    pub async fn db_size(&self) -> Result<i64> {
+        self.scalar(self.dialect.db_size).await
     }
 
     /// The database's clock, in milliseconds since the Unix epoch.
     pub async fn database_now_ms(&self) -> Result<i64> {
-        self.retrying(|| async {
-            let row = sqlx::query(self.dialect.database_now_ms)
-                .fetch_one(&mut *self.conn().await?)
-                .await
-                .map_err(translate)?;
-            row.try_get(0).map_err(translate)
-        })
-        .await
+        self.scalar(self.dialect.database_now_ms).await
     }
 
     pub async fn server_version(&self) -> Result<String> {
-        self.retrying(|| async {
-            let row = sqlx::query(self.dialect.server_version)
-                .fetch_one(&mut *self.conn().await?)
-                .await
-                .map_err(translate)?;
-            row.try_get(0).map_err(translate)
-        })
-        .await
+        self.scalar(self.dialect.server_version).await
     }
 
     /// A lease's row, by the database's clock.
@@ -521,22 +515,24 @@ impl Reader {
     }
 
     pub async fn lease_keys(&self, id: LeaseId) -> Result<Vec<Vec<u8>>> {
-        self.retrying(|| async {
-            let rows = sqlx::query(self.dialect.lease_keys)
-                .bind(id)
-                .fetch_all(&mut *self.conn().await?)
-                .await
-                .map_err(translate)?;
-            rows.iter()
-                .map(|row| row.try_get(0).map_err(translate))
-                .collect()
-        })
-        .await
+        self.column(|| sqlx::query(self.dialect.lease_keys).bind(id))
+            .await
     }
 
     pub async fn ids(&self, sql: &'static str) -> Result<Vec<LeaseId>> {
+        self.column(|| sqlx::query(sql)).await
+    }
+
+    /// The first column of every row the query `make` builds returns.
+    async fn column<'q, T>(
+        &self,
+        make: impl Fn() -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    ) -> Result<Vec<T>>
+    where
+        T: for<'r> sqlx::Decode<'r, sqlx::Any> + sqlx::Type<sqlx::Any> + Send + Unpin,
+    {
         self.retrying(|| async {
-            let rows = sqlx::query(sql)
+            let rows = make()
                 .fetch_all(&mut *self.conn().await?)
                 .await
                 .map_err(translate)?;
