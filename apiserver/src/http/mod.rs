@@ -338,8 +338,7 @@ async fn observe(State(state): State<AppState>, mut request: Request, next: Next
         .headers()
         .get(http::header::USER_AGENT)
         .and_then(|value| value.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
+        .unwrap_or_default();
     // The span's fields carry OpenTelemetry's HTTP names: with `--tracing-config-file` they
     // are the exported span's attributes (`otel.name` its name, as upstream's "KubernetesAPI").
     let span = tracing::info_span!(
@@ -348,7 +347,7 @@ async fn observe(State(state): State<AppState>, mut request: Request, next: Next
         otel.kind = "server",
         http.method = %method,
         http.target = %path,
-        http.user_agent = %user_agent,
+        http.user_agent = user_agent,
         net.peer = %remote,
         audit_id = %audit_id,
         user = tracing::field::Empty,

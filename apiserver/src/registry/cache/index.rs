@@ -107,18 +107,15 @@ impl Triggers {
     }
 
     /// Hands `batch` to the watchers of every value its changes had before or have after; a
-    /// batch without changes (progress) goes to all. Values nobody watches any more are
-    /// forgotten.
+    /// batch without changes (progress) goes to all. A value whose watchers are all gone is
+    /// forgotten when a batch finds no one to take it.
     pub fn publish(&mut self, index: &Index, batch: &Arc<Batch>) {
-        self.by_value
-            .retain(|_, sender| sender.receiver_count() > 0);
         if self.by_value.is_empty() {
             return;
         }
         if batch.events.is_empty() {
-            for sender in self.by_value.values() {
-                let _ = sender.send(batch.clone());
-            }
+            self.by_value
+                .retain(|_, sender| sender.send(batch.clone()).is_ok());
             return;
         }
         let mut touched = BTreeSet::new();
@@ -136,8 +133,12 @@ impl Triggers {
             }
         }
         for value in touched {
-            if let Some(sender) = self.by_value.get(&value) {
-                let _ = sender.send(batch.clone());
+            let unwatched = self
+                .by_value
+                .get(&value)
+                .is_some_and(|sender| sender.send(batch.clone()).is_err());
+            if unwatched {
+                self.by_value.remove(&value);
             }
         }
     }
