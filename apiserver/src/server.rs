@@ -415,42 +415,35 @@ async fn stored_values(
     metrics.register_more(|registry| kms_context.metrics.register(registry));
     let follow_interval = config.encryption_follow_interval;
     let (current, encrypting) = match &config.encryption_provider_config {
-        None => match shared.fetch().await.map_err(StartError::Encryption)? {
-            None => {
-                let current = Arc::new(Current::none());
-                // A configuration published later (a server started with one) is taken too.
-                spawn_follow(
-                    current.clone(),
-                    shared,
-                    String::new(),
-                    follow_interval,
-                    kms_context,
-                    tasks,
-                    shutdown.clone(),
-                );
-                (current, false)
-            }
-            Some(text) => {
-                let encryption = Encryption::parse_with(&text, &kms_context).map_err(|why| {
-                    StartError::Encryption(format!("the cluster's encryption configuration (published by another server): {why}"))
-                })?;
-                tracing::info!("took the cluster's encryption configuration from the store");
-                let current = Arc::new(Current::new(encryption));
-                if current.get().kms_providers().next().is_some() {
-                    kms_health = Some(current.clone());
+        None => {
+            // The configuration another server of the cluster published, if any; one
+            // published later (a server started with a file) is taken too.
+            let published = shared.fetch().await.map_err(StartError::Encryption)?;
+            let current = match &published {
+                None => Arc::new(Current::none()),
+                Some(text) => {
+                    let encryption = Encryption::parse_with(text, &kms_context).map_err(|why| {
+                        StartError::Encryption(format!("the cluster's encryption configuration (published by another server): {why}"))
+                    })?;
+                    tracing::info!("took the cluster's encryption configuration from the store");
+                    Arc::new(Current::new(encryption))
                 }
-                spawn_follow(
-                    current.clone(),
-                    shared,
-                    text,
-                    follow_interval,
-                    kms_context,
-                    tasks,
-                    shutdown.clone(),
-                );
-                (current, true)
+            };
+            if current.get().kms_providers().next().is_some() {
+                kms_health = Some(current.clone());
             }
-        },
+            let encrypting = published.is_some();
+            spawn_follow(
+                current.clone(),
+                shared,
+                published.unwrap_or_default(),
+                follow_interval,
+                kms_context,
+                tasks,
+                shutdown.clone(),
+            );
+            (current, encrypting)
+        }
         Some(path) => {
             let (encryption, text) =
                 Encryption::load(path, &kms_context).map_err(StartError::Encryption)?;
