@@ -97,10 +97,12 @@ async fn follow(
         let Some(event) = event else {
             return;
         };
-        let name = crate::json::name(&event.object.value).to_string();
-        match event.kind {
+        let kind = event.kind;
+        let object = event.into_value();
+        let name = crate::json::name(&object).to_string();
+        match kind {
             WatchEventKind::Added | WatchEventKind::Modified => {
-                crds.insert(name, event.into_value());
+                crds.insert(name, object);
             }
             WatchEventKind::Deleted => {
                 crds.remove(&name);

@@ -145,18 +145,21 @@ pub fn object(
 /// A JSON list's body is sent in chunks of about this many bytes.
 const LIST_CHUNK_BYTES: usize = 256 * 1024;
 
-/// A list, in the negotiated form.
+/// A list, in the negotiated form. JSON lists, metadata-only lists and Tables are streamed:
+/// the head, then each item (or row) encoded as the client takes the chunks, so that a list of
+/// 10,000 objects is never one buffer or one tree in memory — an item parsed for its metadata
+/// or its cells is dropped once encoded. Other encodings (YAML, protobuf) are built whole.
 pub fn list(
-    info: &ResourceInfo,
+    info: &'static ResourceInfo,
     output: Output,
     include: IncludeObject,
     result: ListResult,
 ) -> Response {
     let meta = list_meta(&result);
+    let items = result.items;
     match output {
-        // JSON is streamed: the list's head, then each item's JSON (encoded once per object
-        // and shared: a cached object keeps its encoding for later lists and watch events),
-        // a chunk at a time as the client takes them — never the whole list in one buffer.
+        // Each item's JSON is encoded once per object and shared: a cached object keeps its
+        // encoding for later lists and watch events.
         Output::Object(Format::Json) => {
             let head = format!(
                 "{{\"kind\":{},\"apiVersion\":{},\"metadata\":{},\"items\":[",
@@ -164,31 +167,43 @@ pub fn list(
                 json!(info.api_version()),
                 meta
             );
-            let body = axum::body::Body::from_stream(futures::stream::iter(
-                json_list_chunks(head.into_bytes(), result.items)
-                    .map(Ok::<_, std::convert::Infallible>),
-            ));
-            (
-                StatusCode::OK,
-                [(http::header::CONTENT_TYPE, Format::Json.content_type())],
-                body,
-            )
-                .into_response()
+            let items = items.into_iter().map(|item| item.json().clone());
+            streamed_json(head, items)
+        }
+        Output::Metadata(Format::Json) => {
+            let head = format!(
+                "{{\"kind\":\"PartialObjectMetadataList\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":{meta},\"items\":["
+            );
+            let items = items
+                .into_iter()
+                .map(|item| encode_json(&partial_metadata(&item.into_value())));
+            streamed_json(head, items)
+        }
+        Output::Table(version) => {
+            let head = format!(
+                "{{\"kind\":\"Table\",\"apiVersion\":{},\"metadata\":{meta},\"columnDefinitions\":{},\"rows\":[",
+                json!(format!("meta.k8s.io/{version}")),
+                column_definitions(info),
+            );
+            let now = jiff::Timestamp::now();
+            let rows = items
+                .into_iter()
+                .map(move |item| encode_json(&row(info, &item.into_value(), include, now)));
+            streamed_json(head, rows)
         }
         Output::Object(format) => {
             let body = json!({
                 "kind": info.list_kind(),
                 "apiVersion": info.api_version(),
                 "metadata": meta,
-                "items": result.items,
+                "items": items,
             });
             encoded(StatusCode::OK, format, &body, &[])
         }
         Output::Metadata(format) => {
-            let items: Vec<Value> = result
-                .items
-                .iter()
-                .map(|item| partial_metadata(item))
+            let items: Vec<Value> = items
+                .into_iter()
+                .map(|item| partial_metadata(&item.into_value()))
                 .collect();
             let body = json!({
                 "kind": "PartialObjectMetadataList",
@@ -198,20 +213,36 @@ pub fn list(
             });
             encoded(StatusCode::OK, format, &body, &[])
         }
-        Output::Table(version) => {
-            let body = table(info, version, &result.items, meta, include, true);
-            encoded(StatusCode::OK, Format::Json, &body, &[])
-        }
     }
+}
+
+fn encode_json(value: &Value) -> bytes::Bytes {
+    bytes::Bytes::from(serde_json::to_vec(value).unwrap_or_default())
+}
+
+/// A JSON document streamed: `head` (up to the opening `[` of its list), the items, `]}`.
+fn streamed_json(
+    head: String,
+    items: impl Iterator<Item = bytes::Bytes> + Send + 'static,
+) -> Response {
+    let body = axum::body::Body::from_stream(futures::stream::iter(
+        json_list_chunks(head.into_bytes(), items).map(Ok::<_, std::convert::Infallible>),
+    ));
+    (
+        StatusCode::OK,
+        [(http::header::CONTENT_TYPE, Format::Json.content_type())],
+        body,
+    )
+        .into_response()
 }
 
 /// The chunks of a JSON list: `head` (up to `"items":[`), the items' JSON separated by commas,
 /// then `]}`, gathered into chunks of about [`LIST_CHUNK_BYTES`].
 fn json_list_chunks(
     head: Vec<u8>,
-    items: Vec<crate::registry::Listed>,
+    items: impl Iterator<Item = bytes::Bytes>,
 ) -> impl Iterator<Item = bytes::Bytes> {
-    let mut items = items.into_iter().enumerate();
+    let mut items = items.enumerate();
     let mut chunk = head;
     let mut done = false;
     std::iter::from_fn(move || {
@@ -224,7 +255,7 @@ fn json_list_chunks(
                     if index > 0 {
                         chunk.push(b',');
                     }
-                    chunk.extend_from_slice(item.json());
+                    chunk.extend_from_slice(&item);
                     if chunk.len() >= LIST_CHUNK_BYTES {
                         return Some(bytes::Bytes::from(std::mem::take(&mut chunk)));
                     }
@@ -273,7 +304,7 @@ mod tests {
     fn a_json_list_streams_as_chunks_of_one_document() {
         let head =
             br#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":["#;
-        let (chunks, empty) = joined(json_list_chunks(head.to_vec(), Vec::new()));
+        let (chunks, empty) = joined(json_list_chunks(head.to_vec(), std::iter::empty()));
         assert_eq!(chunks, 1);
         assert_eq!(empty["items"], json!([]));
         assert_eq!(empty["metadata"]["resourceVersion"], "7");
@@ -283,7 +314,11 @@ mod tests {
                 Listed::new(json!({"metadata": {"name": format!("p{i}")}, "pad": "x".repeat(1000)}))
             })
             .collect();
-        let (chunks, list) = joined(json_list_chunks(head.to_vec(), items));
+        let encoded = items
+            .iter()
+            .map(|item| item.json().clone())
+            .collect::<Vec<_>>();
+        let (chunks, list) = joined(json_list_chunks(head.to_vec(), encoded.into_iter()));
         assert!(chunks >= 4, "{chunks} chunks");
         let names: Vec<&str> = list["items"]
             .as_array()
@@ -295,5 +330,63 @@ mod tests {
         assert_eq!(names[0], "p0");
         assert_eq!(names[999], "p999");
         assert_eq!(list["kind"], "PodList");
+    }
+
+    async fn body_of(response: Response) -> Value {
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .expect("body");
+        serde_json::from_slice(&bytes).expect("one JSON document")
+    }
+
+    #[tokio::test]
+    async fn metadata_lists_and_tables_stream_as_one_document() {
+        let pods = crate::catalog::find("", "v1", "pods").expect("served");
+        let result = || {
+            ListResult {
+            items: (0..600)
+                .map(|i| {
+                    Listed::new(json!({
+                        "kind": "Pod", "apiVersion": "v1",
+                        "metadata": {"name": format!("p{i}"), "namespace": "default",
+                                     "resourceVersion": "5", "creationTimestamp": "2026-01-01T00:00:00Z"},
+                        "spec": {"containers": [{"name": "c", "image": "pad".repeat(200)}]},
+                        "status": {"phase": "Running"},
+                    }))
+                })
+                .collect(),
+            resource_version: 9,
+            continue_token: Some("next".to_string()),
+            remaining_item_count: None,
+        }
+        };
+        let metadata = body_of(list(
+            pods,
+            Output::Metadata(Format::Json),
+            IncludeObject::Metadata,
+            result(),
+        ))
+        .await;
+        assert_eq!(metadata["kind"], "PartialObjectMetadataList");
+        assert_eq!(metadata["metadata"]["continue"], "next");
+        assert_eq!(metadata["items"][599]["metadata"]["name"], "p599");
+        assert_eq!(metadata["items"][0]["kind"], "PartialObjectMetadata");
+        assert!(metadata["items"][0].get("spec").is_none());
+
+        let table = body_of(list(
+            pods,
+            Output::Table("v1"),
+            IncludeObject::Metadata,
+            result(),
+        ))
+        .await;
+        assert_eq!(table["kind"], "Table");
+        assert_eq!(table["apiVersion"], "meta.k8s.io/v1");
+        assert_eq!(table["metadata"]["resourceVersion"], "9");
+        assert_eq!(table["columnDefinitions"][0]["name"], "Name");
+        let rows = table["rows"].as_array().expect("rows");
+        assert_eq!(rows.len(), 600);
+        assert_eq!(rows[7]["cells"][0], "p7");
+        assert_eq!(rows[7]["object"]["kind"], "PartialObjectMetadata");
     }
 }

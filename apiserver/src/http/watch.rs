@@ -68,11 +68,13 @@ pub async fn serve(
                 }
                 (Output::Table(version), _) => {
                     let with_columns = std::mem::replace(&mut first_table, false);
+                    let value = event.object.value();
+                    let resource_version = value["metadata"]["resourceVersion"].clone();
                     respond::table(
                         info,
                         version,
-                        std::slice::from_ref(&event.object.value),
-                        json!({"resourceVersion": event.object.value["metadata"]["resourceVersion"]}),
+                        std::slice::from_ref(&value),
+                        json!({"resourceVersion": resource_version}),
                         include,
                         with_columns,
                     )
@@ -80,7 +82,7 @@ pub async fn serve(
                 (Output::Metadata(_), _) => json!({
                     "kind": "PartialObjectMetadata",
                     "apiVersion": "meta.k8s.io/v1",
-                    "metadata": event.object.value["metadata"],
+                    "metadata": event.object.value()["metadata"],
                 }),
             };
             let encoded = serde_json::to_vec(&object).unwrap_or_default();

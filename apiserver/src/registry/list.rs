@@ -1,6 +1,8 @@
 //! Lists: label and field selectors, `limit`/`continue` pages whose token pins the revision
 //! of the first page, and `resourceVersion` + `resourceVersionMatch` semantics.
 
+use std::sync::{Arc, OnceLock};
+
 use base64::Engine;
 use rudder_storage::{KeyRange, RangeRequest};
 use serde::{Deserialize, Serialize};
@@ -8,6 +10,7 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use super::cache::Wanted;
+use super::decoded::Object;
 use super::keys::collection_prefix;
 use super::object;
 use super::Registry;
@@ -20,32 +23,70 @@ use crate::selectors::{self, FieldSelector, FieldSet, LabelSelector};
 const FILTERED_BATCH: i64 = 500;
 
 /// One object of a list: shared with the watch cache when it came from there (a LIST of
-/// 10,000 pods copies none of them), serialized as the object itself.
+/// 10,000 pods copies none of them, and JSON responses send the cache's encoding), or the
+/// list's own when the store answered. A shared object is parsed into a tree only for a
+/// reader that needs one (a Table, a metadata-only or protobuf response), and that tree is
+/// this item's, dropped with the response.
 #[derive(Clone)]
-pub struct Listed(std::sync::Arc<super::decoded::Object>);
+pub struct Listed(Item);
+
+#[derive(Clone)]
+enum Item {
+    Owned {
+        value: Value,
+        json: OnceLock<bytes::Bytes>,
+    },
+    Shared {
+        object: Arc<Object>,
+        value: OnceLock<Value>,
+    },
+}
 
 impl Listed {
-    pub fn new(object: Value) -> Self {
-        Self(std::sync::Arc::new(super::decoded::Object::new(object)))
+    pub fn new(value: Value) -> Self {
+        Self(Item::Owned {
+            value,
+            json: OnceLock::new(),
+        })
     }
 
-    pub(super) fn shared(object: std::sync::Arc<super::decoded::Object>) -> Self {
-        Self(object)
+    pub(super) fn shared(object: Arc<Object>) -> Self {
+        Self(Item::Shared {
+            object,
+            value: OnceLock::new(),
+        })
     }
 
-    /// The object, copied only when the cache still holds it.
+    /// The object as a tree of the caller's own.
     pub fn into_value(self) -> Value {
-        super::decoded::Object::into_value(self.0)
+        match self.0 {
+            Item::Owned { value, .. } => value,
+            Item::Shared { object, value } => value.into_inner().unwrap_or_else(|| object.value()),
+        }
     }
 
-    /// The object as JSON, encoded on first use and kept with the object.
+    /// The object as JSON: the cache's encoding, or encoded on first use.
     pub fn json(&self) -> &bytes::Bytes {
-        self.0.json()
+        match &self.0 {
+            Item::Owned { value, json } => json
+                .get_or_init(|| bytes::Bytes::from(serde_json::to_vec(value).unwrap_or_default())),
+            Item::Shared { object, .. } => object.json(),
+        }
     }
 
-    /// The shared object itself.
-    pub(super) fn into_shared(self) -> std::sync::Arc<super::decoded::Object> {
-        self.0
+    /// The object as a watch event carries it (shared as it is when it came from the cache).
+    pub(super) fn into_shared(self) -> Arc<Object> {
+        match self.0 {
+            Item::Owned { value, .. } => Arc::new(Object::plain(value)),
+            Item::Shared { object, .. } => object,
+        }
+    }
+
+    fn value(&self) -> &Value {
+        match &self.0 {
+            Item::Owned { value, .. } => value,
+            Item::Shared { object, value } => value.get_or_init(|| object.value()),
+        }
     }
 }
 
@@ -53,25 +94,25 @@ impl std::ops::Deref for Listed {
     type Target = Value;
 
     fn deref(&self) -> &Value {
-        &self.0.value
+        self.value()
     }
 }
 
 impl std::borrow::Borrow<Value> for Listed {
     fn borrow(&self) -> &Value {
-        &self.0.value
+        self.value()
     }
 }
 
 impl Serialize for Listed {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.value.serialize(serializer)
+        self.value().serialize(serializer)
     }
 }
 
 impl std::fmt::Debug for Listed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.value.fmt(f)
+        self.value().fmt(f)
     }
 }
 
@@ -166,9 +207,9 @@ impl Filter {
 
     /// As [`Filter::matches`], with the object's selectable fields worked out once for all
     /// the watches that look at it.
-    pub fn matches_decoded(&self, object: &super::decoded::Object) -> bool {
-        self.labels.matches_object(&object.value)
-            && (self.fields.is_empty() || self.fields.matches(object.fields(self.field_set)))
+    pub fn matches_decoded(&self, object: &Object) -> bool {
+        self.labels.matches(object.labels())
+            && (self.fields.is_empty() || self.fields.matches(&object.fields(self.field_set)))
     }
 
     pub fn matches(&self, object: &Value) -> bool {

@@ -70,7 +70,7 @@ impl WatchEvent {
     fn new(kind: WatchEventKind, object: Value) -> Self {
         Self {
             kind,
-            object: Arc::new(Object::new(object)),
+            object: Arc::new(Object::plain(object)),
         }
     }
 
@@ -78,9 +78,9 @@ impl WatchEvent {
         Self::new(WatchEventKind::Error, error.status())
     }
 
-    /// The object, copied only when another watcher or the cache still holds it.
+    /// The object, parsed into a tree of the caller's own.
     pub fn into_value(self) -> Value {
-        Object::into_value(self.object)
+        self.object.value()
     }
 }
 
@@ -499,7 +499,13 @@ fn translate(
     // The kind's rules, by address: one API's view of a stored object is not another's.
     let view = filter.strategy as *const dyn crate::kinds::Strategy as *const () as usize;
     let decode = |kv: &rudder_storage::KeyValue| {
-        decoded.get_or_decode(view, &kv.key, kv.mod_revision, revision, || {
+        decoded.get_or_decode(
+            view,
+            &kv.key,
+            kv.mod_revision,
+            revision,
+            filter.strategy.fields(),
+            || {
             match reader.decode(&kv.key, &kv.value) {
                 Ok(object) => Some(
                     filter

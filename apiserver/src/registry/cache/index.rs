@@ -151,7 +151,11 @@ mod tests {
     use serde_json::json;
 
     fn pod(node: &str) -> Arc<Object> {
-        Arc::new(Object::new(json!({"spec": {"nodeName": node}})))
+        let pods = crate::catalog::find("", "v1", "pods").expect("served");
+        Arc::new(Object::new(
+            json!({"spec": {"nodeName": node}}),
+            pods.strategy.fields(),
+        ))
     }
 
     fn pods_index() -> Index {

@@ -536,6 +536,7 @@ fn decode(info: &ResourceInfo, values: &Values, kv: &rudder_storage::KeyValue) -
         Ok(object) => Some(Object::new(
             info.strategy
                 .stored_to_api(object::with_resource_version(object, kv.mod_revision)),
+            info.strategy.fields(),
         )),
         Err(error) => {
             tracing::warn!(key = %String::from_utf8_lossy(&kv.key), %error, "a stored value cannot be read; the watch cache leaves it out");
@@ -675,10 +676,10 @@ async fn follow(
                             index.update(&key, Some(&old), None);
                         }
                         Change::Delete {
-                            old: Arc::new(Object::new(object::with_resource_version(
-                                old.value.clone(),
-                                revision,
-                            ))),
+                            old: Arc::new(Object::new(
+                                object::with_resource_version(old.value(), revision),
+                                info.strategy.fields(),
+                            )),
                         }
                     }
                 };

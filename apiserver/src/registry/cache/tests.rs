@@ -188,7 +188,7 @@ async fn next_event(
         .await
         .expect("an event in time")
         .expect("the watch goes on");
-    let value = event.object.value.clone();
+    let value = event.object.value();
     (
         event.kind,
         value["metadata"]["name"].as_str().unwrap_or("").to_string(),
@@ -331,7 +331,7 @@ fn the_window_keeps_the_latest_events_and_says_from_where() {
         key: b"/k".to_vec(),
         revision,
         change: super::Change::Delete {
-            old: std::sync::Arc::new(super::Object::new(json!({}))),
+            old: std::sync::Arc::new(super::Object::plain(json!({}))),
         },
     };
     for revision in 1..=(super::WINDOW_EVENTS as i64 + 5) {
