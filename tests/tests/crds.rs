@@ -434,7 +434,7 @@ mod derived {
         )
         .await;
 
-        let backups: Api<Backup> = Api::namespaced(client, "default");
+        let backups: Api<Backup> = Api::namespaced(client.clone(), "default");
         // The watcher runs from the start (its initial list done) and reports what it sees.
         let (seen_tx, mut seen_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let mut events = watcher(backups.clone(), watcher::Config::default()).boxed();
@@ -525,6 +525,42 @@ mod derived {
             "applied weekly keep=4",
         ] {
             assert!(seen.iter().any(|s| s == expected), "{expected} in {seen:?}");
+        }
+
+        // A protobuf client (client-go's metadata informers, as the garbage collector runs
+        // them) gets custom resources as JSON — they have no protobuf form — and their
+        // metadata as protobuf.
+        let uri = "/apis/derive.rudder.test/v1/namespaces/default/backups";
+        for (accept, content_type, kind) in [
+            (
+                "application/vnd.kubernetes.protobuf, application/json",
+                "application/json",
+                "BackupList",
+            ),
+            (
+                "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json",
+                "application/vnd.kubernetes.protobuf",
+                "PartialObjectMetadataList",
+            ),
+        ] {
+            let request = http::Request::get(uri)
+                .header(http::header::ACCEPT, accept)
+                .body(Vec::new())
+                .unwrap();
+            let response = client.send(request.map(Into::into)).await.unwrap();
+            assert_eq!(response.status(), 200, "{accept}");
+            assert_eq!(response.headers()[http::header::CONTENT_TYPE], content_type);
+            let body = http_body_util::BodyExt::collect(response.into_body())
+                .await
+                .unwrap()
+                .to_bytes();
+            let list = if content_type == "application/json" {
+                serde_json::from_slice::<serde_json::Value>(&body).unwrap()
+            } else {
+                rudder_apiserver::protobuf::decode(&body).unwrap()
+            };
+            assert_eq!(list["kind"], kind);
+            assert_eq!(list["items"][0]["metadata"]["name"], "weekly", "{list}");
         }
     }
 }

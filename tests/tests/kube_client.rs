@@ -761,3 +761,154 @@ async fn graceful_deletion_ends_with_the_grace_period_not_with_an_update() {
     running.stop().await.unwrap();
     harness.cleanup().await;
 }
+
+/// What client-go's protobuf clients ask for (Accept `application/vnd.kubernetes.protobuf,
+/// application/json`, as kube-controller-manager, the scheduler and the kubelet send it):
+/// lists and metadata-only lists as protobuf, and watches as a stream of length-prefixed
+/// `WatchEvent`s, whose objects decode to what the JSON API shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_clients_list_and_watch_in_protobuf() {
+    const PROTOBUF: &str = "application/vnd.kubernetes.protobuf, application/json";
+    let harness = testing::sqlite().await.unwrap();
+    let (running, _dir) = start(harness.as_ref()).await;
+    let client = client(&running).await;
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    for name in ["pb-a", "pb-b"] {
+        configmaps
+            .create(&PostParams::default(), &configmap(name, name))
+            .await
+            .unwrap();
+    }
+    let send = |uri: String, accept: &'static str| {
+        let client = client.clone();
+        async move {
+            let request = http::Request::get(uri)
+                .header(http::header::ACCEPT, accept)
+                .body(Vec::new())
+                .unwrap();
+            client.send(request.map(Into::into)).await.unwrap()
+        }
+    };
+    let body = |response: http::Response<kube::client::Body>| async move {
+        http_body_util::BodyExt::collect(response.into_body())
+            .await
+            .unwrap()
+            .to_bytes()
+    };
+
+    // The list twice: the second is assembled from the encodings the cache kept.
+    let mut revision = String::new();
+    for _ in 0..2 {
+        let response = send(
+            "/api/v1/namespaces/default/configmaps?labelSelector=suite%3Dkube".into(),
+            PROTOBUF,
+        )
+        .await;
+        assert_eq!(response.status(), 200);
+        assert_eq!(
+            response.headers()[http::header::CONTENT_TYPE],
+            "application/vnd.kubernetes.protobuf"
+        );
+        let list = rudder_apiserver::protobuf::decode(&body(response).await).unwrap();
+        assert_eq!(list["kind"], "ConfigMapList");
+        let names: Vec<&str> = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|item| item["metadata"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["pb-a", "pb-b"]);
+        assert_eq!(list["items"][1]["data"]["key"], "pb-b");
+        revision = list["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .to_string();
+    }
+    let metadata = send(
+        "/api/v1/namespaces/default/configmaps".into(),
+        "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json",
+    )
+    .await;
+    let metadata = rudder_apiserver::protobuf::decode(&body(metadata).await).unwrap();
+    assert_eq!(metadata["kind"], "PartialObjectMetadataList");
+    let item = metadata["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|item| item["metadata"]["name"] == "pb-a")
+        .unwrap();
+    assert!(item.get("data").is_none(), "{item}");
+
+    // A watch from the list's revision sees a create, an update and a delete.
+    let response = send(
+        format!("/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={revision}"),
+        PROTOBUF,
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()[http::header::CONTENT_TYPE],
+        "application/vnd.kubernetes.protobuf;stream=watch"
+    );
+    configmaps
+        .create(&PostParams::default(), &configmap("pb-c", "1"))
+        .await
+        .unwrap();
+    configmaps
+        .patch(
+            "pb-c",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"key": "2"}})),
+        )
+        .await
+        .unwrap();
+    configmaps
+        .delete("pb-c", &DeleteParams::default())
+        .await
+        .unwrap();
+    let mut stream = response.into_body();
+    let mut buffered = Vec::new();
+    let mut events = Vec::new();
+    while events.len() < 3 {
+        while let Some((kind, object, used)) =
+            rudder_apiserver::protobuf::decode_watch_frame(&buffered).unwrap()
+        {
+            events.push((kind, object));
+            buffered.drain(..used);
+        }
+        if events.len() >= 3 {
+            break;
+        }
+        let frame = tokio::time::timeout(
+            Duration::from_secs(10),
+            http_body_util::BodyExt::frame(&mut stream),
+        )
+        .await
+        .expect("the watch delivers within 10 s")
+        .expect("the stream is open")
+        .unwrap();
+        if let Ok(data) = frame.into_data() {
+            buffered.extend_from_slice(&data);
+        }
+    }
+    let seen: Vec<(&str, &str, &str)> = events
+        .iter()
+        .map(|(kind, object)| {
+            (
+                kind.as_str(),
+                object["metadata"]["name"].as_str().unwrap(),
+                object["data"]["key"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("ADDED", "pb-c", "1"),
+            ("MODIFIED", "pb-c", "2"),
+            ("DELETED", "pb-c", "2")
+        ]
+    );
+    assert_eq!(events[0].1["kind"], "ConfigMap");
+    running.stop().await.unwrap();
+}

@@ -81,6 +81,13 @@ fn format_of(essence: &str) -> Option<Format> {
 
 /// Picks the response form from an Accept header: the first alternative we can produce.
 pub fn negotiate(accept: Option<&str>) -> Result<Output> {
+    negotiate_for(accept, true)
+}
+
+/// As [`negotiate`], for a kind that has a protobuf form only when `protobuf_kind` (custom
+/// resources have none: a client that also accepts JSON gets JSON, as upstream answers it;
+/// metadata-only views are protobuf for every kind).
+pub fn negotiate_for(accept: Option<&str>, protobuf_kind: bool) -> Result<Output> {
     let Some(accept) = accept.filter(|accept| !accept.trim().is_empty()) else {
         return Ok(Output::Object(Format::Json));
     };
@@ -90,6 +97,7 @@ pub fn negotiate(accept: Option<&str>) -> Result<Output> {
             continue;
         };
         match param(&media, "as") {
+            None if format == Format::Protobuf && !protobuf_kind => continue,
             None => return Ok(Output::Object(format)),
             Some(view) => {
                 if param(&media, "g") != Some("meta.k8s.io") {
@@ -238,6 +246,27 @@ mod tests {
     fn kubectl_table_accept_header_asks_for_a_v1_table() {
         let accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
         assert_eq!(negotiate(Some(accept)).expect("ok"), Output::Table("v1"));
+    }
+
+    #[test]
+    fn kinds_without_protobuf_get_the_next_alternative() {
+        let accept = Some("application/vnd.kubernetes.protobuf, application/json");
+        assert_eq!(
+            negotiate_for(accept, false).expect("ok"),
+            Output::Object(Format::Json)
+        );
+        assert_eq!(
+            negotiate_for(accept, true).expect("ok"),
+            Output::Object(Format::Protobuf)
+        );
+        let only = Some("application/vnd.kubernetes.protobuf");
+        assert_eq!(negotiate_for(only, false).expect_err("406").code, 406);
+        // Metadata is a meta.k8s.io kind: protobuf whatever the resource.
+        let metadata = Some("application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json");
+        assert_eq!(
+            negotiate_for(metadata, false).expect("ok"),
+            Output::Metadata(Format::Protobuf)
+        );
     }
 
     #[test]

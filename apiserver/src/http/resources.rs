@@ -300,7 +300,10 @@ async fn resource(
         info,
         query,
         headers,
-        output: codec::negotiate(header(headers, http::header::ACCEPT))?,
+        output: codec::negotiate_for(
+            header(headers, http::header::ACCEPT),
+            crate::protobuf::knows(&info.resource.api_version(), info.resource.kind),
+        )?,
         include: IncludeObject::parse(query.get("includeObject"))?,
     };
     match info.verb {

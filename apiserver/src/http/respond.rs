@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use crate::catalog::ResourceInfo;
 use crate::codec::{self, Format, Output};
 use crate::error::{ApiError, Result};
+use crate::protobuf;
 use crate::registry::ListResult;
 
 /// `includeObject` on Table requests.
@@ -32,7 +33,7 @@ impl IncludeObject {
     }
 }
 
-fn partial_metadata(object: &Value) -> Value {
+pub(super) fn partial_metadata(object: &Value) -> Value {
     json!({
         "kind": "PartialObjectMetadata",
         "apiVersion": "meta.k8s.io/v1",
@@ -148,7 +149,8 @@ const LIST_CHUNK_BYTES: usize = 256 * 1024;
 /// A list, in the negotiated form. JSON lists, metadata-only lists and Tables are streamed:
 /// the head, then each item (or row) encoded as the client takes the chunks, so that a list of
 /// 10,000 objects is never one buffer or one tree in memory — an item parsed for its metadata
-/// or its cells is dropped once encoded. Other encodings (YAML, protobuf) are built whole.
+/// or its cells is dropped once encoded. Protobuf lists are assembled from their items' encoded
+/// messages; YAML is built whole.
 pub fn list(
     info: &'static ResourceInfo,
     output: Output,
@@ -191,6 +193,18 @@ pub fn list(
                 .map(move |item| encode_json(&row(info, &item.into_value(), include, now)));
             streamed_json(head, rows)
         }
+        // Protobuf lists are assembled from each item's message (the cache keeps an object's
+        // encoding once a protobuf client has been sent it), not from a tree of the list.
+        Output::Object(Format::Protobuf) => {
+            let encoded = items
+                .iter()
+                .map(crate::registry::Listed::protobuf_message)
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .and_then(|messages| {
+                    protobuf::encode_list(&info.api_version(), &info.list_kind(), &meta, messages)
+                });
+            protobuf_response(encoded)
+        }
         Output::Object(format) => {
             let body = json!({
                 "kind": info.list_kind(),
@@ -199,6 +213,24 @@ pub fn list(
                 "items": items,
             });
             encoded(StatusCode::OK, format, &body, &[])
+        }
+        Output::Metadata(Format::Protobuf) => {
+            let encoded = items
+                .into_iter()
+                .map(|item| {
+                    protobuf::encode_object(&partial_metadata(&item.into_value()))
+                        .map(|encoded| encoded.message())
+                })
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .and_then(|messages| {
+                    protobuf::encode_list(
+                        "meta.k8s.io/v1",
+                        "PartialObjectMetadataList",
+                        &meta,
+                        messages,
+                    )
+                });
+            protobuf_response(encoded)
         }
         Output::Metadata(format) => {
             let items: Vec<Value> = items
@@ -212,6 +244,22 @@ pub fn list(
                 "items": items,
             });
             encoded(StatusCode::OK, format, &body, &[])
+        }
+    }
+}
+
+/// A protobuf list's response, or 406 when it has no protobuf form.
+fn protobuf_response(encoded: std::result::Result<Vec<u8>, protobuf::ProtobufError>) -> Response {
+    match encoded {
+        Ok(body) => (
+            StatusCode::OK,
+            [(http::header::CONTENT_TYPE, Format::Protobuf.content_type())],
+            body,
+        )
+            .into_response(),
+        Err(error) => {
+            ApiError::not_acceptable(format!("cannot encode this list as protobuf: {error}"))
+                .into_response()
         }
     }
 }

@@ -1,5 +1,7 @@
-//! Watch responses: a chunked stream of `{"type": …, "object": …}` JSON lines, each object
-//! encoded as the client asked (the object, one-row Tables, or metadata only), ended by
+//! Watch responses: a chunked stream of `{"type": …, "object": …}` JSON lines, or of
+//! length-prefixed protobuf `WatchEvent`s (`application/vnd.kubernetes.protobuf;stream=watch`,
+//! as client-go's protobuf clients ask), each object encoded as the client asked (the object,
+//! one-row Tables, or metadata only), ended by
 //! `timeoutSeconds` (or a server default with jitter, as upstream) or by the client.
 
 use std::time::Duration;
@@ -16,7 +18,8 @@ use super::respond::{self, IncludeObject};
 use crate::catalog::ResourceInfo;
 use crate::codec::{Format, Output};
 use crate::error::{ApiError, Result};
-use crate::registry::{Registry, WatchEventKind};
+use crate::protobuf;
+use crate::registry::{Registry, WatchEvent, WatchEventKind};
 use crate::request::ListOptions;
 
 /// The longest a watch lasts without `timeoutSeconds` (upstream: 30–60 minutes).
@@ -30,14 +33,10 @@ pub async fn serve(
     output: Output,
     include: IncludeObject,
 ) -> Result<Response> {
-    if matches!(
+    let protobuf = matches!(
         output,
         Output::Object(Format::Protobuf) | Output::Metadata(Format::Protobuf)
-    ) {
-        return Err(ApiError::not_acceptable(
-            "watch is served as JSON (application/json); protobuf watch streams are not supported",
-        ));
-    }
+    );
     let timeout = match options.timeout_seconds {
         Some(seconds) if seconds > 0 => Duration::from_secs(seconds.unsigned_abs()),
         _ => {
@@ -60,6 +59,9 @@ pub async fn serve(
             let _watching = &guard;
             if !matches!(event.kind, WatchEventKind::Bookmark | WatchEventKind::Error) {
                 metrics.event_sent(info);
+            }
+            if protobuf {
+                return Ok(protobuf_frame(output, &event));
             }
             let object = match (output, event.kind) {
                 (Output::Object(_), _) | (_, WatchEventKind::Error | WatchEventKind::Bookmark) => {
@@ -90,10 +92,51 @@ pub async fn serve(
         });
     Response::builder()
         .status(StatusCode::OK)
-        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(
+            http::header::CONTENT_TYPE,
+            if protobuf {
+                PROTOBUF_STREAM
+            } else {
+                "application/json"
+            },
+        )
         .header(http::header::CACHE_CONTROL, "no-cache, private")
         .body(Body::from_stream(stream))
         .map_err(|error| ApiError::internal(format!("building the watch response: {error}")))
+}
+
+/// The Content-Type of a protobuf watch stream.
+const PROTOBUF_STREAM: &str = "application/vnd.kubernetes.protobuf;stream=watch";
+
+/// One frame of a protobuf watch stream: the object's protobuf body (encoded once for every
+/// watcher when it is the object itself), or its metadata; an object that has no protobuf
+/// form ends the stream's useful life with an ERROR event saying so.
+fn protobuf_frame(output: Output, event: &WatchEvent) -> Bytes {
+    let metadata = matches!(output, Output::Metadata(_)) && event.kind != WatchEventKind::Error;
+    let body = if metadata {
+        protobuf::encode(&respond::partial_metadata(&event.object.value()))
+            .ok()
+            .map(Bytes::from)
+    } else {
+        event
+            .object
+            .protobuf()
+            .map(|encoded| encoded.enveloped.clone())
+    };
+    if let Some(body) = body {
+        return Bytes::from(protobuf::watch_frame(event.kind.as_str(), &body));
+    }
+    let error = ApiError::internal(format!(
+        "a {} event's object cannot be encoded as protobuf",
+        event.kind.as_str()
+    ));
+    match protobuf::encode(&error.status()) {
+        Ok(status) => Bytes::from(protobuf::watch_frame(
+            WatchEventKind::Error.as_str(),
+            &status,
+        )),
+        Err(_) => Bytes::new(),
+    }
 }
 
 /// One line of a JSON watch stream: `{"type":"ADDED","object":{…}}`.

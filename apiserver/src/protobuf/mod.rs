@@ -110,12 +110,7 @@ fn decode_at(body: &[u8], depth: usize) -> Result<Json, ProtobufError> {
     if api_version.is_empty() || kind.is_empty() {
         return Err(ProtobufError::MissingTypeMeta);
     }
-    let desc = schema
-        .kind(&api_version, &kind)
-        .ok_or_else(|| ProtobufError::UnknownKind {
-            api_version: api_version.clone(),
-            kind: kind.clone(),
-        })?;
+    let desc = descriptor(schema, &api_version, &kind)?;
     let raw = envelope.get_field_by_number(2);
     let raw = raw
         .as_deref()
@@ -143,42 +138,167 @@ pub fn encode(obj: &Json) -> Result<Vec<u8>, ProtobufError> {
     encode_at(obj, 0)
 }
 
+/// An object's protobuf encoding: the `k8s\0` body and, within it, the typed message (what a
+/// list carries as one of its items).
+#[derive(Clone, Debug)]
+pub struct Encoded {
+    pub enveloped: Bytes,
+    message: std::ops::Range<usize>,
+}
+
+impl Encoded {
+    /// The typed message alone, shared with the body.
+    pub fn message(&self) -> Bytes {
+        self.enveloped.slice(self.message.clone())
+    }
+}
+
+/// Encodes an API JSON object (which must carry `apiVersion` and `kind`).
+pub fn encode_object(obj: &Json) -> Result<Encoded, ProtobufError> {
+    encode_object_at(obj, 0)
+}
+
+/// A nested object's `k8s\0` body (a RawExtension holding an API object), `depth` levels in.
 fn encode_at(obj: &Json, depth: usize) -> Result<Vec<u8>, ProtobufError> {
+    Ok(encode_object_at(obj, depth)?.enveloped.to_vec())
+}
+
+fn encode_object_at(obj: &Json, depth: usize) -> Result<Encoded, ProtobufError> {
+    let (api_version, kind) = type_meta(obj)?;
+    let schema = schema::schema()?;
+    let desc = descriptor(schema, api_version, kind)?;
+    let raw = from_json::message(schema, &desc, obj, depth)?.encode_to_vec();
+    Ok(envelope(api_version, kind, &raw))
+}
+
+fn type_meta(obj: &Json) -> Result<(&str, &str), ProtobufError> {
     let field = |name: &str| {
         obj.get(name)
             .and_then(Json::as_str)
             .filter(|s| !s.is_empty())
     };
-    let (Some(api_version), Some(kind)) = (field("apiVersion"), field("kind")) else {
-        return Err(ProtobufError::MissingTypeMeta);
-    };
-    let schema = schema::schema()?;
-    let desc = schema
+    match (field("apiVersion"), field("kind")) {
+        (Some(api_version), Some(kind)) => Ok((api_version, kind)),
+        _ => Err(ProtobufError::MissingTypeMeta),
+    }
+}
+
+/// The message of `apiVersion`/`kind`, or the error naming them.
+fn descriptor(
+    schema: &schema::Schema,
+    api_version: &str,
+    kind: &str,
+) -> Result<prost_reflect::MessageDescriptor, ProtobufError> {
+    schema
         .kind(api_version, kind)
         .ok_or_else(|| ProtobufError::UnknownKind {
             api_version: api_version.to_string(),
             kind: kind.to_string(),
-        })?;
-    let raw = from_json::message(schema, &desc, obj, depth)?.encode_to_vec();
-    let unknown = schema.message(schema::UNKNOWN)?;
-    let type_meta_desc = unknown
-        .get_field(1)
-        .and_then(|f| f.kind().as_message().cloned())
-        .ok_or_else(|| ProtobufError::Schema("runtime.Unknown has no TypeMeta".into()))?;
-    let mut type_meta = DynamicMessage::new(type_meta_desc);
-    type_meta.set_field_by_number(1, Value::String(api_version.to_string()));
-    type_meta.set_field_by_number(2, Value::String(kind.to_string()));
-    let mut envelope = DynamicMessage::new(unknown);
-    envelope.set_field_by_number(1, Value::Message(type_meta));
-    envelope.set_field_by_number(2, Value::Bytes(Bytes::from(raw)));
-    envelope.set_field_by_number(3, Value::String(String::new()));
-    envelope.set_field_by_number(4, Value::String(String::new()));
-    let mut out = Vec::with_capacity(MAGIC.len() + envelope.encoded_len());
+        })
+}
+
+/// Appends field `number` as length-delimited bytes.
+fn put_bytes(out: &mut Vec<u8>, number: u32, bytes: &[u8]) {
+    prost::encoding::encode_key(number, prost::encoding::WireType::LengthDelimited, out);
+    prost::encoding::encode_varint(bytes.len() as u64, out);
+    out.extend_from_slice(bytes);
+}
+
+/// `k8s\0` + `runtime.Unknown{typeMeta{apiVersion, kind}, raw, contentEncoding: "",
+/// contentType: ""}`, field by field as Go's generated marshaller writes it.
+fn envelope(api_version: &str, kind: &str, raw: &[u8]) -> Encoded {
+    let mut type_meta = Vec::with_capacity(api_version.len() + kind.len() + 4);
+    put_bytes(&mut type_meta, 1, api_version.as_bytes());
+    put_bytes(&mut type_meta, 2, kind.as_bytes());
+    let mut out = Vec::with_capacity(MAGIC.len() + type_meta.len() + raw.len() + 16);
     out.extend_from_slice(MAGIC);
-    envelope
-        .encode(&mut out)
-        .map_err(|e| ProtobufError::Schema(e.to_string()))?;
-    Ok(out)
+    put_bytes(&mut out, 1, &type_meta);
+    put_bytes(&mut out, 2, raw);
+    let end = out.len();
+    let message = end - raw.len()..end;
+    put_bytes(&mut out, 3, b"");
+    put_bytes(&mut out, 4, b"");
+    Encoded {
+        enveloped: Bytes::from(out),
+        message,
+    }
+}
+
+/// A list (`kind` is the list kind, e.g. `PodList`) from its ListMeta as JSON and its items'
+/// typed messages ([`Encoded::message`]), without decoding or re-encoding the items.
+pub fn encode_list(
+    api_version: &str,
+    kind: &str,
+    list_meta: &Json,
+    items: impl IntoIterator<Item = Bytes>,
+) -> Result<Vec<u8>, ProtobufError> {
+    let schema = schema::schema()?;
+    let desc = descriptor(schema, api_version, kind)?;
+    let field = |name: &str| {
+        desc.get_field_by_name(name)
+            .ok_or_else(|| ProtobufError::Schema(format!("{kind} has no {name} field")))
+    };
+    let (metadata, items_field) = (field("metadata")?, field("items")?);
+    let meta_desc = metadata
+        .kind()
+        .as_message()
+        .cloned()
+        .ok_or_else(|| ProtobufError::Schema(format!("{kind}.metadata is not a message")))?;
+    let meta = from_json::message(schema, &meta_desc, list_meta, 1)?.encode_to_vec();
+    let mut raw = Vec::new();
+    put_bytes(&mut raw, metadata.number(), &meta);
+    for item in items {
+        put_bytes(&mut raw, items_field.number(), &item);
+    }
+    Ok(envelope(api_version, kind, &raw).enveloped.to_vec())
+}
+
+/// One frame of a protobuf watch stream (`application/vnd.kubernetes.protobuf;stream=watch`):
+/// a 4-byte big-endian length, then a bare `meta.v1.WatchEvent{type, object: RawExtension{raw}}`
+/// whose raw is the object's `k8s\0` body — as upstream's length-delimited framer and raw
+/// protobuf serializer write it.
+pub fn watch_frame(event_type: &str, object: &[u8]) -> Vec<u8> {
+    let mut raw_extension = Vec::with_capacity(object.len() + 6);
+    put_bytes(&mut raw_extension, 1, object);
+    let mut event = Vec::with_capacity(raw_extension.len() + event_type.len() + 8);
+    put_bytes(&mut event, 1, event_type.as_bytes());
+    put_bytes(&mut event, 2, &raw_extension);
+    let mut frame = Vec::with_capacity(event.len() + 4);
+    frame.extend_from_slice(&(event.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&event);
+    frame
+}
+
+/// Reads the frame at the start of a protobuf watch stream: the event's type, its object as
+/// API JSON and the bytes the frame took; `None` while the frame is not all there.
+pub fn decode_watch_frame(stream: &[u8]) -> Result<Option<(String, Json, usize)>, ProtobufError> {
+    let Some((length, rest)) = stream.split_first_chunk::<4>() else {
+        return Ok(None);
+    };
+    let length = u32::from_be_bytes(*length) as usize;
+    let Some(event) = rest.get(..length) else {
+        return Ok(None);
+    };
+    let schema = schema::schema()?;
+    let event = DynamicMessage::decode(
+        schema.message(&format!("{}.WatchEvent", schema::META))?,
+        event,
+    )
+    .map_err(|e| ProtobufError::Malformed(e.to_string()))?;
+    let kind = event
+        .get_field_by_number(1)
+        .and_then(|kind| kind.as_str().map(str::to_string))
+        .unwrap_or_default();
+    let raw = event
+        .get_field_by_number(2)
+        .and_then(|object| {
+            object
+                .as_message()
+                .and_then(|object| object.get_field_by_number(1))
+                .and_then(|raw| raw.as_bytes().cloned())
+        })
+        .unwrap_or_default();
+    Ok(Some((kind, decode(&raw)?, 4 + length)))
 }
 
 /// Whether `apiVersion`/`kind` has a protobuf schema here (built-in objects and their lists,

@@ -330,3 +330,78 @@ fn corrupted_bodies_never_panic() {
         }
     }
 }
+
+#[test]
+fn a_list_assembled_from_its_items_messages_is_the_list_encoded_whole() {
+    let items = [
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "a", "namespace": "default", "creationTimestamp": null},
+               "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}}),
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "b", "namespace": "default", "creationTimestamp": null},
+               "spec": {}, "status": {}}),
+    ];
+    let meta = json!({"resourceVersion": "9", "continue": "next", "remainingItemCount": 3});
+    let messages: Vec<Bytes> = items
+        .iter()
+        .map(|item| encode_object(item).unwrap().message())
+        .collect();
+    let assembled = encode_list("v1", "PodList", &meta, messages).unwrap();
+    let whole = json!({"apiVersion": "v1", "kind": "PodList", "metadata": meta,
+                       "items": items.iter().map(|item| {
+                           let mut item = item.clone();
+                           let fields = item.as_object_mut().unwrap();
+                           fields.remove("apiVersion");
+                           fields.remove("kind");
+                           item
+                       }).collect::<Vec<_>>()});
+    assert_eq!(assembled, encode(&whole).unwrap());
+    assert_eq!(decode(&assembled).unwrap(), whole);
+    // An object's body is its envelope around the message.
+    let one = encode_object(&items[0]).unwrap();
+    assert_eq!(one.enveloped.to_vec(), encode(&items[0]).unwrap());
+    assert!(one.enveloped.ends_with(&[0x1a, 0, 0x22, 0]));
+}
+
+#[test]
+fn a_watch_frame_is_a_length_and_a_bare_watch_event() {
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                     "metadata": {"name": "a", "resourceVersion": "5", "creationTimestamp": null},
+                     "spec": {}, "status": {}});
+    let body = encode(&pod).unwrap();
+    let frame = watch_frame("MODIFIED", &body);
+    let length = u32::from_be_bytes(frame[..4].try_into().unwrap()) as usize;
+    assert_eq!(length, frame.len() - 4);
+    let schema = schema::schema().unwrap();
+    let event = DynamicMessage::decode(
+        schema
+            .message(&format!("{}.WatchEvent", schema::META))
+            .unwrap(),
+        &frame[4..],
+    )
+    .unwrap();
+    let kind = event.get_field_by_name("type").unwrap();
+    assert_eq!(kind.as_str(), Some("MODIFIED"));
+    let object = event.get_field_by_name("object").unwrap();
+    let raw = object
+        .as_message()
+        .and_then(|raw| raw.get_field_by_name("raw"))
+        .and_then(|raw| raw.as_bytes().cloned())
+        .unwrap();
+    assert_eq!(raw.to_vec(), body);
+    assert_eq!(decode(&raw).unwrap(), pod);
+    // Read back, and not before the whole frame is there.
+    let mut stream = frame.clone();
+    stream.extend_from_slice(&watch_frame("DELETED", &body));
+    let (kind, object, used) = decode_watch_frame(&stream).unwrap().unwrap();
+    assert_eq!(
+        (kind.as_str(), &object, used),
+        ("MODIFIED", &pod, frame.len())
+    );
+    assert!(decode_watch_frame(&frame[..frame.len() - 1])
+        .unwrap()
+        .is_none());
+    assert!(decode_watch_frame(&frame[..3]).unwrap().is_none());
+    let (kind, _, _) = decode_watch_frame(&stream[used..]).unwrap().unwrap();
+    assert_eq!(kind, "DELETED");
+}

@@ -17,19 +17,23 @@
 
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde_json::{Map, Value};
 
+use crate::protobuf;
 use crate::selectors::{self, FieldSet, Fields};
 
-/// An object in its compact, shared form: JSON, labels and selectable fields.
+/// An object in its compact, shared form: JSON, labels and selectable fields, plus its
+/// protobuf encoding once a protobuf client has been sent it.
 pub struct Object {
     json: bytes::Bytes,
     labels: Map<String, Value>,
     /// The selectable fields under `field_set`'s rules.
     fields: Fields,
     field_set: &'static FieldSet,
+    /// None: the object has no protobuf form (a custom resource).
+    protobuf: OnceLock<Option<protobuf::Encoded>>,
 }
 
 impl Object {
@@ -48,6 +52,7 @@ impl Object {
             labels,
             fields,
             field_set,
+            protobuf: OnceLock::new(),
         }
     }
 
@@ -59,6 +64,20 @@ impl Object {
     /// The object as JSON, shared by every response it goes into.
     pub fn json(&self) -> &bytes::Bytes {
         &self.json
+    }
+
+    /// The object as protobuf, encoded on first use and shared from then on; `None` when its
+    /// kind has no protobuf form.
+    pub fn protobuf(&self) -> Option<&protobuf::Encoded> {
+        self.protobuf
+            .get_or_init(|| match protobuf::encode_object(&self.value()) {
+                Ok(encoded) => Some(encoded),
+                Err(error) => {
+                    tracing::debug!(%error, "an object has no protobuf form");
+                    None
+                }
+            })
+            .as_ref()
     }
 
     /// The object, parsed from its JSON into a tree of the caller's own.

@@ -16,6 +16,7 @@ use super::object;
 use super::Registry;
 use crate::catalog::ResourceInfo;
 use crate::error::{ApiError, Result};
+use crate::protobuf::{self, ProtobufError};
 use crate::request::{ListOptions, VersionMatch};
 use crate::selectors::{self, FieldSelector, FieldSet, LabelSelector};
 
@@ -71,6 +72,18 @@ impl Listed {
             Item::Owned { value, json } => json
                 .get_or_init(|| bytes::Bytes::from(serde_json::to_vec(value).unwrap_or_default())),
             Item::Shared { object, .. } => object.json(),
+        }
+    }
+
+    /// The object's typed protobuf message (a list's item): the cache's encoding, or encoded
+    /// now.
+    pub fn protobuf_message(&self) -> std::result::Result<bytes::Bytes, ProtobufError> {
+        match &self.0 {
+            Item::Owned { value, .. } => Ok(protobuf::encode_object(value)?.message()),
+            Item::Shared { object, .. } => object
+                .protobuf()
+                .map(protobuf::Encoded::message)
+                .ok_or_else(|| ProtobufError::Schema("the object has no protobuf form".into())),
         }
     }
 
