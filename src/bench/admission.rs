@@ -259,8 +259,9 @@ async fn open(
     let backends = Backends {
         postgres_url: &args.postgres_url,
         etcd_endpoint: &args.etcd_endpoint,
-        // These benches name no MySQL server of their own: the machine's.
+        // These benches name no MySQL server or Spanner emulator of their own: the machine's.
         mysql_url: super::api::DEFAULT_MYSQL_URL,
+        spanner_emulator: super::api::DEFAULT_SPANNER_EMULATOR,
     };
     let url = storage_url(name, &backends, &format!("admission_{tag}"), &dir)?;
     let mut config = Config::new(dir.join("apiserver"));

@@ -277,6 +277,12 @@ async fn close_all(servers: Vec<Server>) {
 
 /// The MySQL server a mysql subject uses unless told otherwise.
 pub(super) const DEFAULT_MYSQL_URL: &str = "mysql://root@127.0.0.1:3306/test";
+/// The PostgreSQL server a postgres subject uses unless told otherwise.
+const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+/// The etcd an etcd subject uses unless told otherwise.
+const DEFAULT_ETCD_ENDPOINT: &str = "127.0.0.1:2379";
+/// The Cloud Spanner emulator a spanner subject uses unless told otherwise.
+pub(super) const DEFAULT_SPANNER_EMULATOR: &str = "127.0.0.1:9010";
 
 /// The servers the postgres, mysql and etcd subjects use, as flags (shared by the benches).
 #[derive(clap::Args)]
@@ -285,14 +291,14 @@ pub struct BackendArgs {
     #[arg(
         long,
         env = "RUDDER_BENCH_ETCD_ENDPOINT",
-        default_value = "127.0.0.1:2379"
+        default_value = DEFAULT_ETCD_ENDPOINT
     )]
     pub etcd_endpoint: String,
     /// PostgreSQL URL for the postgres subject; the bench works in a schema of its own.
     #[arg(
         long,
         env = "RUDDER_BENCH_POSTGRES_URL",
-        default_value = "postgres://postgres@127.0.0.1:5432/postgres"
+        default_value = DEFAULT_POSTGRES_URL
     )]
     pub postgres_url: String,
     /// MySQL/MariaDB URL for the mysql subject; the bench works in a database of its own
@@ -303,6 +309,14 @@ pub struct BackendArgs {
         default_value = DEFAULT_MYSQL_URL
     )]
     pub mysql_url: String,
+    /// Cloud Spanner emulator (HOST:PORT) for the spanner subject; the bench works in a
+    /// database of its own (the emulator's figures say nothing of Cloud Spanner's speed).
+    #[arg(
+        long,
+        env = "RUDDER_BENCH_SPANNER_EMULATOR",
+        default_value = DEFAULT_SPANNER_EMULATOR
+    )]
+    pub spanner_emulator: String,
 }
 
 impl BackendArgs {
@@ -311,6 +325,7 @@ impl BackendArgs {
             postgres_url: &self.postgres_url,
             etcd_endpoint: &self.etcd_endpoint,
             mysql_url: &self.mysql_url,
+            spanner_emulator: &self.spanner_emulator,
         }
     }
 }
@@ -320,6 +335,29 @@ pub(super) struct Backends<'a> {
     pub postgres_url: &'a str,
     pub etcd_endpoint: &'a str,
     pub mysql_url: &'a str,
+    pub spanner_emulator: &'a str,
+}
+
+/// A Spanner subject's database on the emulator: its name from `tag` within Spanner's 30
+/// characters (dropped by the cleanup).
+fn spanner_database_url(emulator: &str, tag: &str) -> String {
+    let mut database: String = format!("b{tag}")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .take(30)
+        .collect();
+    while database.ends_with('_') {
+        database.pop();
+    }
+    format!(
+        "spanner://projects/rudder-bench/instances/rudder/databases/{database}?emulator_host={emulator}&compact_interval=0&poll_interval=20ms"
+    )
 }
 
 /// A MySQL subject's database on the server `base` names: one per bench and variant, not
@@ -365,7 +403,8 @@ pub(super) fn storage_url(
             backends.etcd_endpoint
         ),
         "mysql" => mysql_database_url(backends.mysql_url, tag),
-        other => bail!("unknown subject {other:?}: use sqlite, postgres, mysql or etcd"),
+        "spanner" => spanner_database_url(backends.spanner_emulator, tag),
+        other => bail!("unknown subject {other:?}: use sqlite, postgres, mysql, spanner or etcd"),
     })
 }
 
@@ -712,4 +751,48 @@ async fn paged_lists(server: &Server, params: &Params) -> Result<Sample> {
         bytes,
         pages,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_subject_gets_a_store_of_its_own() {
+        let backends = Backends {
+            postgres_url: "postgres://pg/db",
+            etcd_endpoint: "e:2379",
+            mysql_url: "mysql://m:3306/test",
+            spanner_emulator: "127.0.0.1:9010",
+        };
+        let dir = std::path::Path::new("/tmp/x");
+        let url = |name: &str, tag: &str| storage_url(name, &backends, tag, dir).expect("known");
+        assert_eq!(
+            url("postgres", "api_1a2b3c4d"),
+            "postgres://pg/db?schema=rudder_bench_api_1a2b3c4d&compact_interval=0"
+        );
+        assert_eq!(
+            url("mysql", "api_1a2b3c4d_nocache"),
+            "mysql://m:3306/rudder_bench_api_nocache?compact_interval=0"
+        );
+        // Spanner database IDs: a letter first, lower case, letters, digits and '_', at most
+        // 30 characters, not ending in '_'.
+        let spanner = url("spanner", "api_1A2B3C4D_nocache");
+        assert_eq!(
+            spanner,
+            "spanner://projects/rudder-bench/instances/rudder/databases/bapi_1a2b3c4d_nocache?emulator_host=127.0.0.1:9010&compact_interval=0&poll_interval=20ms"
+        );
+        let long = url("spanner", "spanner-density-pods-5000-nodes-100");
+        let database = long
+            .split("/databases/")
+            .nth(1)
+            .and_then(|rest| rest.split('?').next())
+            .expect("a database");
+        assert!(database.len() <= 30, "{database}");
+        assert!(!database.ends_with('_'), "{database}");
+        assert!(database
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'));
+        assert!(storage_url("oracle", &backends, "t", dir).is_err());
+    }
 }

@@ -364,8 +364,9 @@ async fn density(args: &KubeletBenchArgs, subject: &str) -> Result<Vec<String>> 
     let backends = Backends {
         postgres_url: &args.postgres_url,
         etcd_endpoint: &args.etcd_endpoint,
-        // These benches name no MySQL server of their own: the machine's.
+        // These benches name no MySQL server or Spanner emulator of their own: the machine's.
         mysql_url: super::api::DEFAULT_MYSQL_URL,
+        spanner_emulator: super::api::DEFAULT_SPANNER_EMULATOR,
     };
     let url = storage_url(subject, &backends, "bench_kubelet", &dir)?;
     let cluster = start(url, dir).await?;

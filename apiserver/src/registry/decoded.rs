@@ -98,7 +98,8 @@ impl Object {
     }
 
     /// The fields field selectors compare under `set`'s rules: those worked out when the
-    /// object was made, unless another kind's rules are asked for.
+    /// object was made, unless another kind's rules are asked for (rules are `static`s, known
+    /// by their address).
     pub fn fields(&self, set: &'static FieldSet) -> Cow<'_, Fields> {
         if std::ptr::eq(set, self.field_set) {
             Cow::Borrowed(&self.fields)
@@ -207,8 +208,14 @@ mod tests {
             Some("web-1")
         );
         assert_eq!(other.get("spec.nodeName"), None);
-        // No labels: an empty set.
-        assert!(Object::plain(json!({"metadata": {}})).labels().is_empty());
+        // No labels: an empty set. A kind with only the metadata fields finds them kept too.
+        let plain = Object::plain(json!({"metadata": {"name": "x"}}));
+        assert!(plain.labels().is_empty());
+        let configmaps = crate::catalog::find("", "v1", "configmaps").expect("served");
+        assert!(matches!(
+            plain.fields(configmaps.strategy.fields()),
+            Cow::Borrowed(_)
+        ));
     }
 
     #[test]

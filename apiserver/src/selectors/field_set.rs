@@ -41,8 +41,10 @@ pub struct FieldSet {
 
 fn nothing(_: &Value, _: &mut Fields) {}
 
-/// The rules of a kind without a conversion func: only the metadata fields.
-pub const METADATA_ONLY: FieldSet = FieldSet {
+/// The rules of a kind without a conversion func: only the metadata fields. A `static`, not a
+/// `const`: one address, by which a cached object knows the rules its fields were worked out
+/// under.
+pub static METADATA_ONLY: FieldSet = FieldSet {
     accepted: &["metadata.name", "metadata.namespace"],
     refusal: Refusal::Default,
     extract: nothing,
