@@ -121,6 +121,30 @@ async fn custom_resources(url: String) {
         .to_string();
     assert!(row.contains("web-tls") && row.contains(" 1 "), "{row}");
     assert!(k.ok_ns(&["get", "tls-all"]).contains("web"));
+    // Its selectable field filters lists (served from the watch cache) and nothing else does.
+    let selected = k.ok_ns(&[
+        "get",
+        "certs",
+        "--field-selector",
+        "spec.secretName=web-tls",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(selected.trim(), "certificate.tls.rudder.test/web");
+    let others = k.ok_ns(&[
+        "get",
+        "certs",
+        "--field-selector",
+        "spec.secretName!=web-tls",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(others.trim(), "certificate.tls.rudder.test/loose");
+    let refused = k.fails_ns(&["get", "certs", "--field-selector", "spec.duration=7200"]);
+    assert!(
+        refused.contains("field label not supported: spec.duration"),
+        "{refused}"
+    );
     let explained = k.ok(&["explain", "certificates.spec.secretName"]);
     assert!(
         explained.contains("The name of the Secret the certificate"),

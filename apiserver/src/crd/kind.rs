@@ -298,6 +298,7 @@ fn validate_versions(spec: &Value, errors: &mut Errs) {
         } else {
             validate_schema(schema, &path, spec, name, errors);
         }
+        super::selectable::validate(version, &path, errors);
         if let Some(columns) = version["additionalPrinterColumns"].as_array() {
             for (c, column) in columns.iter().enumerate() {
                 let json_path = column["jsonPath"].as_str().unwrap_or("");

@@ -5,7 +5,8 @@
 //! catalog entry of its own ([`served`]): the same [`crate::catalog::ResourceInfo`] a
 //! built-in kind has, whose [`Strategy`](crate::kinds::Strategy) prunes, defaults and
 //! validates by the version's structural schema ([`schema`]) and CEL rules ([`rules`]), and
-//! whose printer follows `additionalPrinterColumns` ([`jsonpath`]). Routing, discovery and
+//! whose printer follows `additionalPrinterColumns` ([`jsonpath`]) and whose field selectors
+//! include its `selectableFields` ([`selectable`]). Routing, discovery and
 //! OpenAPI look custom resources up in this server's [`CustomResources`] after the built-in
 //! catalog. See docs/crds.md.
 //!
@@ -19,6 +20,7 @@ pub mod kind;
 mod resource;
 pub mod rules;
 pub mod schema;
+mod selectable;
 mod served;
 #[cfg(test)]
 mod tests;

@@ -14,7 +14,7 @@ use super::rules::Rules;
 use super::schema::Schema;
 use crate::kinds::{ScalePaths, Strategy};
 use crate::patch::strategic::Ty;
-use crate::selectors::{FieldSet, METADATA_ONLY};
+use crate::selectors::FieldSet;
 use crate::tables::{format, Column, Printer};
 use crate::validation::{Errs, FieldError, NameRule};
 
@@ -30,6 +30,8 @@ pub struct CustomStrategy {
     pub(super) scale: Option<ScalePaths>,
     /// The version's `openAPIV3Schema` as the CRD declares it (for OpenAPI).
     pub(super) openapi: Value,
+    /// Field selectors: the metadata fields and the version's `selectableFields`.
+    pub(super) fields: &'static FieldSet,
 }
 
 impl Strategy for CustomStrategy {
@@ -71,7 +73,7 @@ impl Strategy for CustomStrategy {
     }
 
     fn fields(&self) -> &'static FieldSet {
-        &METADATA_ONLY
+        self.fields
     }
 
     fn stored_to_api(&self, mut object: Value) -> Value {

@@ -113,6 +113,7 @@ fn build(spec: &Value, version: &Value) -> Result<ResourceInfo, String> {
         rules,
         scale,
         openapi: schema_value,
+        fields: super::selectable::field_set(version),
     };
     let printer = CustomPrinter {
         columns: printer_columns(version)?,

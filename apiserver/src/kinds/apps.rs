@@ -184,5 +184,6 @@ impl Strategy for ControllerRevisionStrategy {
 static REPLICA_SET_FIELDS: FieldSet = FieldSet {
     accepted: METADATA_ONLY.accepted,
     refusal: Refusal::Default,
+    paths: &[],
     extract: super::replication_controller::replica_count,
 };

@@ -83,6 +83,7 @@ impl Strategy for CronJobStrategy {
 static JOB_FIELDS: FieldSet = FieldSet {
     accepted: &["metadata.name", "metadata.namespace", "status.successful"],
     refusal: Refusal::QuotedFor("batchv1.Job"),
+    paths: &[],
     extract: |obj: &Value, fields: &mut Fields| {
         let succeeded = at_or(obj, "/status/succeeded", "0");
         fields.insert("status.successful".into(), succeeded);

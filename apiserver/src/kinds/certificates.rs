@@ -180,6 +180,7 @@ fn stamp_conditions(new: &mut Value, old: &Value) {
 static CSR_FIELDS: FieldSet = FieldSet {
     accepted: &["metadata.name", "spec.signerName"],
     refusal: Refusal::Plain,
+    paths: &[],
     extract: |obj: &Value, fields: &mut Fields| {
         fields.insert("spec.signerName".into(), at_or(obj, "/spec/signerName", ""));
     },

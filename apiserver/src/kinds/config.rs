@@ -114,6 +114,7 @@ impl Strategy for ServiceAccountStrategy {
 static SECRET_FIELDS: FieldSet = FieldSet {
     accepted: &["type", "metadata.namespace", "metadata.name"],
     refusal: Refusal::Plain,
+    paths: &[],
     extract: |obj: &Value, fields: &mut Fields| {
         fields.insert("type".into(), at(obj, "/type"));
     },

@@ -101,6 +101,7 @@ static CORE_EVENT_FIELDS: FieldSet = FieldSet {
         "metadata.name",
     ],
     refusal: Refusal::Plain,
+    paths: &[],
     extract: |obj: &Value, fields: &mut Fields| event_fields(obj, fields, true),
 };
 
@@ -123,6 +124,7 @@ static EVENTS_V1_FIELDS: FieldSet = FieldSet {
         "metadata.name",
     ],
     refusal: Refusal::Plain,
+    paths: &[],
     extract: |obj: &Value, fields: &mut Fields| event_fields(obj, fields, false),
 };
 

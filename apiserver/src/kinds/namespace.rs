@@ -93,6 +93,7 @@ impl Strategy for NamespaceStrategy {
 static NAMESPACE_FIELDS: FieldSet = FieldSet {
     accepted: &["status.phase", "metadata.name"],
     refusal: Refusal::Plain,
+    paths: &[],
     extract: |obj: &Value, fields: &mut Fields| {
         fields.insert("status.phase".into(), at(obj, "/status/phase"));
         fields.insert("name".into(), at(obj, "/metadata/name"));

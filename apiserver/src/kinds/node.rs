@@ -50,6 +50,7 @@ impl Strategy for NodeStrategy {
 static NODE_FIELDS: FieldSet = FieldSet {
     accepted: &["metadata.name", "spec.unschedulable"],
     refusal: Refusal::Plain,
+    paths: &[],
     extract: |obj: &Value, fields: &mut Fields| {
         let unschedulable = at_or(obj, "/spec/unschedulable", "false");
         fields.insert("spec.unschedulable".into(), unschedulable);

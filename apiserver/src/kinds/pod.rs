@@ -141,6 +141,7 @@ static POD_FIELDS: FieldSet = FieldSet {
         "spec.host",
     ],
     refusal: Refusal::Plain,
+    paths: &[],
     extract: pod_fields,
 };
 

@@ -49,6 +49,7 @@ impl Strategy for ReplicationControllerStrategy {
 static RC_FIELDS: FieldSet = FieldSet {
     accepted: &["metadata.name", "metadata.namespace", "status.replicas"],
     refusal: Refusal::Plain,
+    paths: &[],
     extract: replica_count,
 };
 

@@ -100,6 +100,7 @@ static SERVICE_FIELDS: FieldSet = FieldSet {
         "spec.type",
     ],
     refusal: Refusal::Plain,
+    paths: &[],
     extract: |obj: &Value, fields: &mut Fields| {
         fields.insert("spec.clusterIP".into(), at(obj, "/spec/clusterIP"));
         fields.insert("spec.type".into(), at(obj, "/spec/type"));

@@ -35,6 +35,9 @@ pub struct FieldSet {
     /// The fields a request may name.
     pub accepted: &'static [&'static str],
     pub refusal: Refusal,
+    /// Fields read at a dotted path (a custom resource's `selectableFields`, `.spec.color`
+    /// named `spec.color`): a string, number or boolean there, as text; absent, `""`.
+    pub paths: &'static [&'static str],
     /// Adds the kind's own fields to what every object exposes.
     pub extract: fn(&Value, &mut Fields),
 }
@@ -47,6 +50,7 @@ fn nothing(_: &Value, _: &mut Fields) {}
 pub static METADATA_ONLY: FieldSet = FieldSet {
     accepted: &["metadata.name", "metadata.namespace"],
     refusal: Refusal::Default,
+    paths: &[],
     extract: nothing,
 };
 
@@ -105,6 +109,12 @@ pub fn selectable_fields(set: &FieldSet, obj: &Value) -> Fields {
     out.insert("metadata.name".to_string(), at(obj, "/metadata/name"));
     if let Some(ns) = obj.pointer("/metadata/namespace").and_then(Value::as_str) {
         out.insert("metadata.namespace".to_string(), ns.to_string());
+    }
+    for path in set.paths {
+        let found = path.split('.').try_fold(obj, |at, segment| at.get(segment));
+        if let Some(value @ (Value::String(_) | Value::Number(_) | Value::Bool(_))) = found {
+            out.insert(path.to_string(), text(Some(value)));
+        }
     }
     (set.extract)(obj, &mut out);
     out

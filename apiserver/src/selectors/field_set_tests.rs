@@ -258,3 +258,40 @@ fn odd_objects_yield_empty_fields_without_panicking() {
         assert_eq!(selectable_fields(&METADATA_ONLY, &obj)["metadata.name"], "");
     }
 }
+
+#[test]
+fn paths_expose_scalars_as_text_and_nothing_else() {
+    static SET: FieldSet = FieldSet {
+        accepted: &["metadata.name", "metadata.namespace", "spec.color"],
+        refusal: Refusal::Plain,
+        paths: &[
+            "spec.color",
+            "spec.size",
+            "spec.enabled",
+            "spec.nested.level",
+            "spec.list",
+        ],
+        extract: nothing,
+    };
+    let fields = selectable_fields(
+        &SET,
+        &json!({"metadata": {"name": "s"},
+                "spec": {"color": "blue", "size": 3, "enabled": false,
+                         "nested": {"level": "deep"}, "list": ["a"]}}),
+    );
+    assert_eq!(
+        pairs(&fields),
+        [
+            ("metadata.name", "s"),
+            ("spec.color", "blue"),
+            ("spec.enabled", "false"),
+            ("spec.nested.level", "deep"),
+            ("spec.size", "3"),
+        ]
+    );
+    // Absent: not exposed, which a selector reads as "".
+    let bare = selectable_fields(&SET, &json!({"metadata": {"name": "t"}}));
+    assert_eq!(pairs(&bare), [("metadata.name", "t")]);
+    let selector = FieldSelector::parse("spec.color=").expect("parses");
+    assert!(selector.matches(&bare));
+}
