@@ -149,8 +149,8 @@ const LIST_CHUNK_BYTES: usize = 256 * 1024;
 /// A list, in the negotiated form. JSON lists, metadata-only lists and Tables are streamed:
 /// the head, then each item (or row) encoded as the client takes the chunks, so that a list of
 /// 10,000 objects is never one buffer or one tree in memory — an item parsed for its metadata
-/// or its cells is dropped once encoded. Protobuf lists are assembled from their items' encoded
-/// messages; YAML is built whole.
+/// or its cells is dropped once encoded. Protobuf lists are sent as their items' encoded
+/// messages (no list body is assembled); YAML is built whole.
 pub fn list(
     info: &'static ResourceInfo,
     output: Output,
@@ -201,7 +201,7 @@ pub fn list(
                 .map(crate::registry::Listed::protobuf_message)
                 .collect::<std::result::Result<Vec<_>, _>>()
                 .and_then(|messages| {
-                    protobuf::encode_list(&info.api_version(), &info.list_kind(), &meta, messages)
+                    protobuf::list_parts(&info.api_version(), &info.list_kind(), &meta, messages)
                 });
             protobuf_response(encoded)
         }
@@ -223,7 +223,7 @@ pub fn list(
                 })
                 .collect::<std::result::Result<Vec<_>, _>>()
                 .and_then(|messages| {
-                    protobuf::encode_list(
+                    protobuf::list_parts(
                         "meta.k8s.io/v1",
                         "PartialObjectMetadataList",
                         &meta,
@@ -248,15 +248,12 @@ pub fn list(
     }
 }
 
-/// A protobuf list's response, or 406 when it has no protobuf form.
-fn protobuf_response(encoded: std::result::Result<Vec<u8>, protobuf::ProtobufError>) -> Response {
-    match encoded {
-        Ok(body) => (
-            StatusCode::OK,
-            [(http::header::CONTENT_TYPE, Format::Protobuf.content_type())],
-            body,
-        )
-            .into_response(),
+/// A protobuf list's response (its parts sent in chunks), or 406 when it has no protobuf form.
+fn protobuf_response(
+    parts: std::result::Result<Vec<bytes::Bytes>, protobuf::ProtobufError>,
+) -> Response {
+    match parts {
+        Ok(parts) => streamed(Format::Protobuf, chunks(parts.into_iter())),
         Err(error) => {
             ApiError::not_acceptable(format!("cannot encode this list as protobuf: {error}"))
                 .into_response()
@@ -273,48 +270,57 @@ fn streamed_json(
     head: String,
     items: impl Iterator<Item = bytes::Bytes> + Send + 'static,
 ) -> Response {
+    streamed(Format::Json, json_list_chunks(head.into_bytes(), items))
+}
+
+/// A 200 response whose body is `chunks`, sent as the client takes them.
+fn streamed(
+    format: Format,
+    chunks: impl Iterator<Item = bytes::Bytes> + Send + 'static,
+) -> Response {
     let body = axum::body::Body::from_stream(futures::stream::iter(
-        json_list_chunks(head.into_bytes(), items).map(Ok::<_, std::convert::Infallible>),
+        chunks.map(Ok::<_, std::convert::Infallible>),
     ));
     (
         StatusCode::OK,
-        [(http::header::CONTENT_TYPE, Format::Json.content_type())],
+        [(http::header::CONTENT_TYPE, format.content_type())],
         body,
     )
         .into_response()
 }
 
 /// The chunks of a JSON list: `head` (up to `"items":[`), the items' JSON separated by commas,
-/// then `]}`, gathered into chunks of about [`LIST_CHUNK_BYTES`].
+/// then `]}`.
 fn json_list_chunks(
     head: Vec<u8>,
     items: impl Iterator<Item = bytes::Bytes>,
 ) -> impl Iterator<Item = bytes::Bytes> {
-    let mut items = items.enumerate();
-    let mut chunk = head;
-    let mut done = false;
+    let separated = items.enumerate().flat_map(|(index, item)| {
+        let separator = if index > 0 {
+            bytes::Bytes::from_static(b",")
+        } else {
+            bytes::Bytes::new()
+        };
+        [separator, item]
+    });
+    chunks(
+        std::iter::once(bytes::Bytes::from(head))
+            .chain(separated)
+            .chain(std::iter::once(bytes::Bytes::from_static(b"]}"))),
+    )
+}
+
+/// `parts` gathered into chunks of about [`LIST_CHUNK_BYTES`], made as they are taken.
+fn chunks(mut parts: impl Iterator<Item = bytes::Bytes>) -> impl Iterator<Item = bytes::Bytes> {
     std::iter::from_fn(move || {
-        if done {
-            return None;
-        }
-        loop {
-            match items.next() {
-                Some((index, item)) => {
-                    if index > 0 {
-                        chunk.push(b',');
-                    }
-                    chunk.extend_from_slice(&item);
-                    if chunk.len() >= LIST_CHUNK_BYTES {
-                        return Some(bytes::Bytes::from(std::mem::take(&mut chunk)));
-                    }
-                }
-                None => {
-                    chunk.extend_from_slice(b"]}");
-                    done = true;
-                    return Some(bytes::Bytes::from(std::mem::take(&mut chunk)));
-                }
+        let mut chunk = Vec::new();
+        for part in parts.by_ref() {
+            chunk.extend_from_slice(&part);
+            if chunk.len() >= LIST_CHUNK_BYTES {
+                return Some(bytes::Bytes::from(chunk));
             }
         }
+        (!chunk.is_empty()).then(|| bytes::Bytes::from(chunk))
     })
 }
 
@@ -436,5 +442,29 @@ mod tests {
         assert_eq!(rows.len(), 600);
         assert_eq!(rows[7]["cells"][0], "p7");
         assert_eq!(rows[7]["object"]["kind"], "PartialObjectMetadata");
+
+        // Protobuf: the items' messages in chunks, one body.
+        for (output, kind) in [
+            (Output::Object(Format::Protobuf), "PodList"),
+            (
+                Output::Metadata(Format::Protobuf),
+                "PartialObjectMetadataList",
+            ),
+        ] {
+            let response = list(pods, output, IncludeObject::Metadata, result());
+            assert_eq!(
+                response.headers()[http::header::CONTENT_TYPE],
+                "application/vnd.kubernetes.protobuf"
+            );
+            let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .expect("body");
+            let decoded = crate::protobuf::decode(&bytes).expect("one protobuf list");
+            assert_eq!(decoded["kind"], kind);
+            assert_eq!(decoded["metadata"]["continue"], "next");
+            let items = decoded["items"].as_array().expect("items");
+            assert_eq!(items.len(), 600);
+            assert_eq!(items[599]["metadata"]["name"], "p599");
+        }
     }
 }

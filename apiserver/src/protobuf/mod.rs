@@ -199,25 +199,40 @@ fn descriptor(
 
 /// Appends field `number` as length-delimited bytes.
 fn put_bytes(out: &mut Vec<u8>, number: u32, bytes: &[u8]) {
-    prost::encoding::encode_key(number, prost::encoding::WireType::LengthDelimited, out);
-    prost::encoding::encode_varint(bytes.len() as u64, out);
+    put_key_and_length(out, number, bytes.len());
     out.extend_from_slice(bytes);
 }
 
-/// `k8s\0` + `runtime.Unknown{typeMeta{apiVersion, kind}, raw, contentEncoding: "",
-/// contentType: ""}`, field by field as Go's generated marshaller writes it.
-fn envelope(api_version: &str, kind: &str, raw: &[u8]) -> Encoded {
+/// Appends a length-delimited field's key and length, its bytes to follow.
+fn put_key_and_length(out: &mut Vec<u8>, number: u32, length: usize) {
+    prost::encoding::encode_key(number, prost::encoding::WireType::LengthDelimited, out);
+    prost::encoding::encode_varint(length as u64, out);
+}
+
+/// The start of `k8s\0` + `runtime.Unknown{typeMeta{apiVersion, kind}, raw, contentEncoding:
+/// "", contentType: ""}` (field by field as Go's generated marshaller writes it) up to the
+/// `raw_length` bytes of `raw`; [`ENVELOPE_TAIL`] follows them.
+fn envelope_head(api_version: &str, kind: &str, raw_length: usize) -> Vec<u8> {
     let mut type_meta = Vec::with_capacity(api_version.len() + kind.len() + 4);
     put_bytes(&mut type_meta, 1, api_version.as_bytes());
     put_bytes(&mut type_meta, 2, kind.as_bytes());
-    let mut out = Vec::with_capacity(MAGIC.len() + type_meta.len() + raw.len() + 16);
-    out.extend_from_slice(MAGIC);
-    put_bytes(&mut out, 1, &type_meta);
-    put_bytes(&mut out, 2, raw);
-    let end = out.len();
-    let message = end - raw.len()..end;
-    put_bytes(&mut out, 3, b"");
-    put_bytes(&mut out, 4, b"");
+    let mut head = Vec::with_capacity(MAGIC.len() + type_meta.len() + 16);
+    head.extend_from_slice(MAGIC);
+    put_bytes(&mut head, 1, &type_meta);
+    put_key_and_length(&mut head, 2, raw_length);
+    head
+}
+
+/// The envelope's empty `contentEncoding` (3) and `contentType` (4).
+const ENVELOPE_TAIL: [u8; 4] = [0x1a, 0, 0x22, 0];
+
+fn envelope(api_version: &str, kind: &str, raw: &[u8]) -> Encoded {
+    let mut out = envelope_head(api_version, kind, raw.len());
+    out.reserve(raw.len() + ENVELOPE_TAIL.len());
+    let start = out.len();
+    out.extend_from_slice(raw);
+    let message = start..out.len();
+    out.extend_from_slice(&ENVELOPE_TAIL);
     Encoded {
         enveloped: Bytes::from(out),
         message,
@@ -230,8 +245,20 @@ pub fn encode_list(
     api_version: &str,
     kind: &str,
     list_meta: &Json,
-    items: impl IntoIterator<Item = Bytes>,
+    items: Vec<Bytes>,
 ) -> Result<Vec<u8>, ProtobufError> {
+    Ok(list_parts(api_version, kind, list_meta, items)?.concat())
+}
+
+/// [`encode_list`]'s body in the order it is sent: the envelope's head with the ListMeta, each
+/// item's field key and length followed by the item's message (shared, not copied), then the
+/// envelope's tail — so that a list goes out without ever being one buffer.
+pub fn list_parts(
+    api_version: &str,
+    kind: &str,
+    list_meta: &Json,
+    items: Vec<Bytes>,
+) -> Result<Vec<Bytes>, ProtobufError> {
     let schema = schema::schema()?;
     let desc = descriptor(schema, api_version, kind)?;
     let field = |name: &str| {
@@ -245,12 +272,29 @@ pub fn encode_list(
         .cloned()
         .ok_or_else(|| ProtobufError::Schema(format!("{kind}.metadata is not a message")))?;
     let meta = from_json::message(schema, &meta_desc, list_meta, 1)?.encode_to_vec();
-    let mut raw = Vec::new();
-    put_bytes(&mut raw, metadata.number(), &meta);
-    for item in items {
-        put_bytes(&mut raw, items_field.number(), &item);
+    let mut meta_field = Vec::with_capacity(meta.len() + 6);
+    put_bytes(&mut meta_field, metadata.number(), &meta);
+    let keys: Vec<Bytes> = items
+        .iter()
+        .map(|item| {
+            let mut key = Vec::with_capacity(6);
+            put_key_and_length(&mut key, items_field.number(), item.len());
+            Bytes::from(key)
+        })
+        .collect();
+    let raw_length = meta_field.len()
+        + keys.iter().map(Bytes::len).sum::<usize>()
+        + items.iter().map(Bytes::len).sum::<usize>();
+    let mut head = envelope_head(api_version, kind, raw_length);
+    head.extend_from_slice(&meta_field);
+    let mut parts = Vec::with_capacity(2 * items.len() + 2);
+    parts.push(Bytes::from(head));
+    for (key, item) in keys.into_iter().zip(items) {
+        parts.push(key);
+        parts.push(item);
     }
-    Ok(envelope(api_version, kind, &raw).enveloped.to_vec())
+    parts.push(Bytes::from_static(&ENVELOPE_TAIL));
+    Ok(parts)
 }
 
 /// One frame of a protobuf watch stream (`application/vnd.kubernetes.protobuf;stream=watch`):

@@ -346,7 +346,14 @@ fn a_list_assembled_from_its_items_messages_is_the_list_encoded_whole() {
         .iter()
         .map(|item| encode_object(item).unwrap().message())
         .collect();
+    let parts = list_parts("v1", "PodList", &meta, messages.clone()).unwrap();
+    // Head, then each item's key and its message — the message itself, not a copy — then
+    // the tail.
+    assert_eq!(parts.len(), 2 + 2 * messages.len());
+    assert_eq!(parts[2].as_ptr(), messages[0].as_ptr());
+    assert_eq!(parts[4].as_ptr(), messages[1].as_ptr());
     let assembled = encode_list("v1", "PodList", &meta, messages).unwrap();
+    assert_eq!(assembled, parts.concat());
     let whole = json!({"apiVersion": "v1", "kind": "PodList", "metadata": meta,
                        "items": items.iter().map(|item| {
                            let mut item = item.clone();
