@@ -765,7 +765,8 @@ async fn graceful_deletion_ends_with_the_grace_period_not_with_an_update() {
 /// What client-go's protobuf clients ask for (Accept `application/vnd.kubernetes.protobuf,
 /// application/json`, as kube-controller-manager, the scheduler and the kubelet send it):
 /// lists and metadata-only lists as protobuf, and watches as a stream of length-prefixed
-/// `WatchEvent`s, whose objects decode to what the JSON API shows.
+/// `WatchEvent`s, whose objects decode to what the JSON API shows (and a YAML list, streamed
+/// the same way).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn protobuf_clients_list_and_watch_in_protobuf() {
     const PROTOBUF: &str = "application/vnd.kubernetes.protobuf, application/json";
@@ -838,6 +839,20 @@ async fn protobuf_clients_list_and_watch_in_protobuf() {
         .find(|item| item["metadata"]["name"] == "pb-a")
         .unwrap();
     assert!(item.get("data").is_none(), "{item}");
+
+    // YAML lists are streamed item by item too.
+    let yaml = send(
+        "/api/v1/namespaces/default/configmaps?labelSelector=suite%3Dkube".into(),
+        "application/yaml",
+    )
+    .await;
+    assert_eq!(
+        yaml.headers()[http::header::CONTENT_TYPE],
+        "application/yaml"
+    );
+    let yaml: serde_json::Value = yaml_serde::from_slice(&body(yaml).await).unwrap();
+    assert_eq!(yaml["kind"], "ConfigMapList");
+    assert_eq!(yaml["items"][1]["data"]["key"], "pb-b");
 
     // A watch from the list's revision sees a create, an update and a delete.
     let response = send(

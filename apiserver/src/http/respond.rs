@@ -10,7 +10,7 @@ use crate::catalog::ResourceInfo;
 use crate::codec::{self, Format, Output};
 use crate::error::{ApiError, Result};
 use crate::protobuf;
-use crate::registry::ListResult;
+use crate::registry::{ListResult, Listed};
 
 /// `includeObject` on Table requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,7 +150,7 @@ const LIST_CHUNK_BYTES: usize = 256 * 1024;
 /// the head, then each item (or row) encoded as the client takes the chunks, so that a list of
 /// 10,000 objects is never one buffer or one tree in memory — an item parsed for its metadata
 /// or its cells is dropped once encoded. Protobuf lists are sent as their items' encoded
-/// messages (no list body is assembled); YAML is built whole.
+/// messages (no list body is assembled), YAML lists item by item.
 pub fn list(
     info: &'static ResourceInfo,
     output: Output,
@@ -198,21 +198,21 @@ pub fn list(
         Output::Object(Format::Protobuf) => {
             let encoded = items
                 .iter()
-                .map(crate::registry::Listed::protobuf_message)
+                .map(Listed::protobuf_message)
                 .collect::<std::result::Result<Vec<_>, _>>()
                 .and_then(|messages| {
                     protobuf::list_parts(&info.api_version(), &info.list_kind(), &meta, messages)
                 });
             protobuf_response(encoded)
         }
-        Output::Object(format) => {
-            let body = json!({
+        Output::Object(Format::Yaml) => {
+            let shell = json!({
                 "kind": info.list_kind(),
                 "apiVersion": info.api_version(),
                 "metadata": meta,
-                "items": items,
+                "items": [],
             });
-            encoded(StatusCode::OK, format, &body, &[])
+            streamed_yaml(&shell, items.into_iter().map(Listed::into_value))
         }
         Output::Metadata(Format::Protobuf) => {
             let encoded = items
@@ -232,20 +232,64 @@ pub fn list(
                 });
             protobuf_response(encoded)
         }
-        Output::Metadata(format) => {
-            let items: Vec<Value> = items
-                .into_iter()
-                .map(|item| partial_metadata(&item.into_value()))
-                .collect();
-            let body = json!({
+        Output::Metadata(Format::Yaml) => {
+            let shell = json!({
                 "kind": "PartialObjectMetadataList",
                 "apiVersion": "meta.k8s.io/v1",
                 "metadata": meta,
-                "items": items,
+                "items": [],
             });
-            encoded(StatusCode::OK, format, &body, &[])
+            let items = items
+                .into_iter()
+                .map(|item| partial_metadata(&item.into_value()));
+            streamed_yaml(&shell, items)
         }
     }
+}
+
+/// A YAML list streamed: `shell` (the list with no items) as YAML, with each item's YAML
+/// spliced in under `items:` as the client takes the chunks.
+fn streamed_yaml(shell: &Value, items: impl Iterator<Item = Value> + Send + 'static) -> Response {
+    match yaml_list_chunks(shell, items) {
+        Ok(chunks) => streamed(Format::Yaml, chunks),
+        Err(error) => error.into_response(),
+    }
+}
+
+fn yaml_list_chunks(
+    shell: &Value,
+    items: impl Iterator<Item = Value> + Send + 'static,
+) -> Result<impl Iterator<Item = bytes::Bytes> + Send + 'static> {
+    const EMPTY_ITEMS: &str = "\nitems: []\n";
+    let encode = |value: &Value| {
+        yaml_serde::to_string(value)
+            .map_err(|error| ApiError::internal(format!("encoding YAML: {error}")))
+    };
+    let text = encode(shell)?;
+    let (head, tail) = text
+        .split_once(EMPTY_ITEMS)
+        .ok_or_else(|| ApiError::internal("encoding YAML: the list has no items key"))?;
+    let (head, tail) = (format!("{head}\nitems:"), format!("\n{tail}"));
+    let mut items = items.peekable();
+    if items.peek().is_none() {
+        return Ok(Box::new(std::iter::once(bytes::Bytes::from(text)))
+            as Box<dyn Iterator<Item = bytes::Bytes> + Send>);
+    }
+    // Each item a sequence entry: its first line after "- ", the others indented under it.
+    let entries = items.map(move |item| {
+        let yaml = encode(&item).unwrap_or_else(|_| "{}\n".to_string());
+        let mut entry = String::with_capacity(yaml.len() + 64);
+        for (index, line) in yaml.lines().enumerate() {
+            entry.push_str(if index == 0 { "\n- " } else { "\n  " });
+            entry.push_str(line);
+        }
+        bytes::Bytes::from(entry)
+    });
+    Ok(Box::new(chunks(
+        std::iter::once(bytes::Bytes::from(head))
+            .chain(entries)
+            .chain(std::iter::once(bytes::Bytes::from(tail))),
+    )))
 }
 
 /// A protobuf list's response (its parts sent in chunks), or 406 when it has no protobuf form.
@@ -343,7 +387,6 @@ pub fn success_status(info: &ResourceInfo, object: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::Listed;
 
     fn joined(chunks: impl Iterator<Item = bytes::Bytes>) -> (usize, Value) {
         let chunks: Vec<bytes::Bytes> = chunks.collect();
@@ -465,6 +508,30 @@ mod tests {
             let items = decoded["items"].as_array().expect("items");
             assert_eq!(items.len(), 600);
             assert_eq!(items[599]["metadata"]["name"], "p599");
+        }
+    }
+
+    #[test]
+    fn a_yaml_list_streams_as_the_document_encoded_whole() {
+        let shell = json!({"apiVersion": "v1", "kind": "ConfigMapList",
+                           "metadata": {"resourceVersion": "7"}, "items": []});
+        let items = vec![
+            json!({"metadata": {"name": "a"}, "data": {"script": "line one\n  indented\n\nlast\n"}}),
+            json!({"metadata": {"name": "b"}, "data": {"list": "- not a list", "empty": ""}}),
+            json!({}),
+        ];
+        let whole = |items: &[Value]| {
+            let mut list = shell.clone();
+            list["items"] = json!(items);
+            list
+        };
+        for items in [items.clone(), Vec::new()] {
+            let chunks: Vec<bytes::Bytes> = yaml_list_chunks(&shell, items.clone().into_iter())
+                .expect("encodes")
+                .collect();
+            let text: Vec<u8> = chunks.iter().flat_map(|chunk| chunk.to_vec()).collect();
+            let parsed: Value = yaml_serde::from_slice(&text).expect("one YAML document");
+            assert_eq!(parsed, whole(&items), "{}", String::from_utf8_lossy(&text));
         }
     }
 }
