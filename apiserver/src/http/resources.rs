@@ -392,7 +392,13 @@ async fn get(call: &Call<'_>) -> Result<Response> {
         let scale = registry.get_scale(resource, namespace, name).await?;
         return Ok(call.object(StatusCode::OK, &scale, &[]));
     }
-    let object = registry.get(resource, namespace, name).await?;
+    let object = match target.subresource {
+        None => {
+            let version = call.query.get("resourceVersion").filter(|v| !v.is_empty());
+            registry.get_at(resource, namespace, name, version).await?
+        }
+        Some(_) => registry.get(resource, namespace, name).await?,
+    };
     Ok(call.object(StatusCode::OK, &object, &[]))
 }
 

@@ -120,6 +120,32 @@ impl Registry {
         }
     }
 
+    /// GET of one object at a `resourceVersion`: `0` (any) and `N` (not older than N) are
+    /// read from the watch cache, as upstream serves them (what a kubelet's GET of its Node
+    /// with `resourceVersion=0` counts on); unset, or when the cache cannot answer, the store.
+    pub async fn get_at(
+        &self,
+        info: &'static ResourceInfo,
+        namespace: Option<&str>,
+        name: &str,
+        resource_version: Option<&str>,
+    ) -> Result<Value> {
+        let minimum = match resource_version {
+            Some("0") => Some(1),
+            Some(version) => version.parse::<i64>().ok().filter(|v| *v > 0),
+            None => None,
+        };
+        if let (Some(minimum), Some(cache)) = (minimum, &self.cache) {
+            let key = object_key(info, namespace, name);
+            if let Some(found) = cache.get(info, &key, minimum).await {
+                return found
+                    .map(|object| object.value())
+                    .ok_or_else(|| ApiError::not_found(info, name));
+            }
+        }
+        self.get(info, namespace, name).await
+    }
+
     /// POST: creates an object (a generated name is retried on collision).
     #[tracing::instrument(level = "debug", name = "registry.create", skip_all, fields(resource = info.plural, namespace))]
     pub async fn create(

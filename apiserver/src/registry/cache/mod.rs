@@ -7,7 +7,8 @@
 //!   that watch has seen it; progress requests move it on when nothing under the prefix
 //!   changes.
 //! - `resourceVersion=0` is served at once; `resourceVersion=N` (NotOlderThan) once the
-//!   cache has reached N; a LIST without resourceVersion is a **consistent read** (KEP-2340):
+//!   cache has reached N — LISTs and GETs alike (a GET without resourceVersion reads the
+//!   store); a LIST without resourceVersion is a **consistent read** (KEP-2340):
 //!   the store's current revision is asked for, then the cache is waited for until it has
 //!   caught up, so it sees every write acknowledged before it.
 //! - Objects sit in a persistent ordered map (cloning it is O(1)), so a LIST takes a snapshot
@@ -343,6 +344,22 @@ impl WatchCache {
             continue_token,
             remaining_item_count: remaining,
         })
+    }
+}
+
+impl WatchCache {
+    /// A GET of `key` from the cache once it has reached `minimum` (`resourceVersion=0`: 1,
+    /// whatever it holds): `Some(None)` when the cache holds no such object, `None` when the
+    /// store must answer (the kind is not cached, or the cache did not get there in time).
+    pub(super) async fn get(
+        &self,
+        info: &'static ResourceInfo,
+        key: &[u8],
+        minimum: i64,
+    ) -> Option<Option<Arc<Object>>> {
+        let cacher = self.cacher(info)?;
+        cacher.wait_for(minimum.max(1)).await?;
+        Some(cacher.read(|state| state.objects.get(key).cloned()))
     }
 }
 

@@ -180,6 +180,66 @@ async fn resource_versions_are_honoured_from_the_cache_or_the_store() {
     assert_eq!(error.code, 504);
 }
 
+#[tokio::test]
+async fn a_get_at_a_resource_version_is_read_from_the_cache() {
+    let (registry, storage, _dir) = cached_registry().await;
+    let configmaps = catalog::find("", "v1", "configmaps").expect("served");
+    create(&registry, "a").await;
+    let listed = registry
+        .list(configmaps, None, &ListOptions::everything())
+        .await
+        .expect("lists");
+    let got = registry
+        .get_at(configmaps, Some("default"), "a", Some("0"))
+        .await
+        .expect("found");
+    assert_eq!(got["data"]["n"], "a");
+    let at = listed.resource_version.to_string();
+    let got = registry
+        .get_at(configmaps, Some("default"), "a", Some(&at))
+        .await
+        .expect("found");
+    assert_eq!(got["metadata"]["resourceVersion"], at.as_str());
+    let missing = registry
+        .get_at(configmaps, Some("default"), "nope", Some("0"))
+        .await
+        .expect_err("not there");
+    assert_eq!(missing.code, 404);
+    // A change written behind the registry's back reaches the cache through its watch: a
+    // GET not older than that write sees it, from the cache.
+    let key = b"/registry/configmaps/default/a".to_vec();
+    let stored = storage.get(&key, 0).await.expect("reads").expect("stored");
+    let mut changed: serde_json::Value = registry
+        .get(configmaps, Some("default"), "a")
+        .await
+        .expect("found");
+    changed["data"]["n"] = json!("changed");
+    changed["metadata"]
+        .as_object_mut()
+        .expect("metadata")
+        .remove("resourceVersion");
+    let value = serde_json::to_vec(&changed).expect("JSON");
+    let revision = match storage
+        .update(&key, &value, stored.mod_revision, 0)
+        .await
+        .expect("written")
+    {
+        rudder_storage::UpdateOutcome::Updated { revision } => revision,
+        other => panic!("not updated: {other:?}"),
+    };
+    let got = registry
+        .get_at(
+            configmaps,
+            Some("default"),
+            "a",
+            Some(&revision.to_string()),
+        )
+        .await
+        .expect("found");
+    assert_eq!(got["data"]["n"], "changed");
+    assert_eq!(got["metadata"]["resourceVersion"], revision.to_string());
+}
+
 async fn next_event(
     events: &mut crate::registry::WatchEvents,
 ) -> (crate::registry::WatchEventKind, String, String) {
