@@ -160,7 +160,7 @@ pub fn encode_object(obj: &Json) -> Result<Encoded, ProtobufError> {
 
 /// A nested object's `k8s\0` body (a RawExtension holding an API object), `depth` levels in.
 fn encode_at(obj: &Json, depth: usize) -> Result<Vec<u8>, ProtobufError> {
-    Ok(encode_object_at(obj, depth)?.enveloped.to_vec())
+    Ok(Vec::from(encode_object_at(obj, depth)?.enveloped))
 }
 
 fn encode_object_at(obj: &Json, depth: usize) -> Result<Encoded, ProtobufError> {
