@@ -352,6 +352,8 @@ impl Reader {
             ))
             .await
             .map_err(translate)?;
+        // The counters come in a row of their own (a union) or on every row of the page (a
+        // join, MySQL's): a row may bring the counters, a kv, or both.
         let mut meta = None;
         let mut kvs = Vec::with_capacity(rows.len());
         for row in &rows {
@@ -362,15 +364,18 @@ impl Reader {
                     compact_revision: row.try_get(1).map_err(translate)?,
                     purged_revision: 0,
                 });
-                continue;
             }
+            let key: Option<Vec<u8>> = row.try_get(2).map_err(translate)?;
+            let Some(key) = key else {
+                continue;
+            };
             let value: Option<Vec<u8>> = if request.keys_only {
                 Some(Vec::new())
             } else {
                 row.try_get(3).map_err(translate)?
             };
             kvs.push(KeyValue {
-                key: row.try_get(2).map_err(translate)?,
+                key,
                 value: value.unwrap_or_default(),
                 create_revision: row.try_get(4).map_err(translate)?,
                 mod_revision: row.try_get(5).map_err(translate)?,
@@ -379,10 +384,8 @@ impl Reader {
             });
         }
         let Some(meta) = meta else {
-            return Err(Error::Backend {
-                message: "rudder_meta has no row: the database was not migrated".into(),
-                source: None,
-            });
+            // An empty page from a join brings no counters.
+            return self.empty_page(conn, request).await;
         };
         let revision = Self::check_revision(meta, request.revision)?;
         // A union's rows come in no promised order: put the page in key order.
@@ -426,6 +429,41 @@ impl Reader {
             count,
             revision: meta.revision,
         })
+    }
+
+    /// The answer to a read whose page came back empty and without the counters (MySQL's join):
+    /// the range's count and the counters from one snapshot. A count of 0 is the empty answer
+    /// at that revision; keys written since the page was read are read at the revision
+    /// counted, once more.
+    async fn empty_page(
+        &self,
+        mut conn: sqlx::pool::PoolConnection<sqlx::Any>,
+        request: &RangeRequest,
+    ) -> Result<RangeResponse> {
+        let counted = self.count(&mut conn, request).await?;
+        // Not held while the page is read again on another.
+        drop(conn);
+        if counted.count == 0 {
+            return Ok(RangeResponse {
+                revision: counted.revision,
+                ..RangeResponse::default()
+            });
+        }
+        if request.revision > 0 {
+            // The page was read at this revision, and the count (at the same revision) found
+            // keys: only a row removed in between can do that.
+            return Err(Error::Backend {
+                message: "a page and its count at one revision disagree".into(),
+                source: None,
+            });
+        }
+        let at = RangeRequest {
+            revision: counted.revision,
+            ..request.clone()
+        };
+        let mut response = Box::pin(self.range_once(&at)).await?;
+        response.revision = counted.revision;
+        Ok(response)
     }
 
     /// A count-only read: the count and the counters it is checked against from one snapshot.

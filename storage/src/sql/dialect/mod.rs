@@ -19,6 +19,9 @@ pub(crate) struct Dialect {
     pub log_columns: &'static str,
     /// `l.key` as the statements select it, so that it decodes as bytes.
     pub read_key: &'static str,
+    /// The log as `l`, for reads by key: with MySQL's index hint that keeps them on the key
+    /// index (see `query_plans`).
+    pub log_by_key: &'static str,
     /// Opens a write transaction that excludes other writers and reads
     /// `(revision, compact_revision, purged_revision)`, in one round trip (several statements:
     /// simple protocol).
@@ -36,7 +39,8 @@ pub(crate) struct Dialect {
     /// `(revision, compact_revision, NULL…)`, then the live kvs in `[?1, ?2)` at revision `?3`
     /// (0: the current one), at most `?4`, as `(NULL, NULL, key, value, create_revision,
     /// mod_revision, version, lease)`. (A union rather than a join, so the page is an ordered
-    /// index scan that stops at the limit.)
+    /// index scan that stops at the limit.) MySQL's is the join, with the counters on every
+    /// row and none when the page is empty (see its dialect).
     pub range_snapshot_bounded: &'static str,
     /// As `range_snapshot_bounded` for keys `>= ?1` (`?2` unused).
     pub range_snapshot_unbounded: &'static str,
@@ -274,9 +278,10 @@ pub(crate) fn latest_rows_with(
 ) -> String {
     let list: Vec<String> = (1..=keys).map(argument).collect();
     format!(
-        "SELECT {}, l.value, l.create_revision, l.revision, l.version, l.lease, l.deleted FROM rudder_log l \
+        "SELECT {}, l.value, l.create_revision, l.revision, l.version, l.lease, l.deleted FROM {} \
          WHERE l.key IN ({}) AND l.next_revision = 0",
         dialect.read_key,
+        dialect.log_by_key,
         list.join(",")
     )
 }

@@ -36,6 +36,15 @@ macro_rules! key_bytes {
     };
 }
 
+/// The log as `l`, kept on the key index. Without the hint MariaDB read a page, and even a
+/// single key, through the `(deleted, revision)` index (`deleted = 0` being an equality): every
+/// live row, then a filesort.
+macro_rules! log_by_key {
+    () => {
+        "rudder_log l FORCE INDEX (rudder_log_key_revision)"
+    };
+}
+
 /// The bounds and revision of a range read, bound once each: `p.lo`, `p.hi`, `p.at`.
 macro_rules! range_params {
     () => {
@@ -70,21 +79,28 @@ macro_rules! live_at_m {
 }
 
 // The range statements take the upper bound's condition: `l.key < p.hi` when bounded,
-// `p.hi IS NOT NULL` (the bind still taken, and ignored) when not.
+// `p.hi IS NOT NULL` (the bind still taken, and ignored) when not; `range_snapshot!`, which
+// has no parameter table, takes it on the bind itself.
 
+/// The page of a snapshot read, with the counters on every row: the meta row joined to the
+/// page, not a union with it. MariaDB materializes a union, and the derived tables in it, in
+/// temporary tables, which hold the BLOB values and so go to disk: four files for every get.
+/// The join is the index walk alone; an empty page brings no counters back, and the reader
+/// reads them with the range's count (see `Reader::range_once`). The revision is bound once:
+/// a row is live at `at` when `at` lies in `[revision, next_revision)`.
 macro_rules! range_snapshot {
     ($bound:literal) => {
         concat!(
-            meta_at!(),
-            "SELECT revision, compact_revision, NULL, NULL, NULL, NULL, NULL, NULL FROM m \
-             UNION ALL SELECT * FROM (SELECT NULL AS r, NULL AS c, ",
+            "SELECT m.revision, m.compact_revision, ",
             key_bytes!("l.key"),
-            " AS k, l.value, l.create_revision, l.revision, l.version, l.lease \
-             FROM rudder_log l, p, m WHERE l.key >= p.lo AND ",
+            ", l.value, l.create_revision, l.revision, l.version, l.lease \
+             FROM rudder_meta m JOIN ",
+            log_by_key!(),
+            " ON l.key >= CAST(? AS BINARY) AND ",
             $bound,
-            " AND ",
-            live_at_m!(),
-            " ORDER BY l.key LIMIT ?) AS page"
+            " AND COALESCE(NULLIF(CAST(? AS SIGNED), 0), m.revision) \
+             BETWEEN l.revision AND IF(l.next_revision = 0, 9223372036854775807, l.next_revision - 1) \
+             AND l.deleted = 0 WHERE m.id = 1 ORDER BY l.key LIMIT ?"
         )
     };
 }
@@ -93,8 +109,9 @@ macro_rules! count_snapshot {
     ($bound:literal) => {
         concat!(
             meta_at!(),
-            "SELECT m.revision, m.compact_revision, (SELECT COUNT(*) FROM rudder_log l \
-             WHERE l.key >= p.lo AND ",
+            "SELECT m.revision, m.compact_revision, (SELECT COUNT(*) FROM ",
+            log_by_key!(),
+            " WHERE l.key >= p.lo AND ",
             $bound,
             " AND ",
             live_at_m!(),
@@ -108,7 +125,9 @@ macro_rules! range {
         concat!(
             "SELECT ",
             key_bytes!("l.key"),
-            ", l.value, l.create_revision, l.revision, l.version, l.lease FROM rudder_log l, ",
+            ", l.value, l.create_revision, l.revision, l.version, l.lease FROM ",
+            log_by_key!(),
+            ", ",
             range_params!(),
             " WHERE l.key >= p.lo AND ",
             $bound,
@@ -122,7 +141,9 @@ macro_rules! range {
 macro_rules! count {
     ($bound:literal) => {
         concat!(
-            "SELECT COUNT(*) FROM rudder_log l, ",
+            "SELECT COUNT(*) FROM ",
+            log_by_key!(),
+            ", ",
             range_params!(),
             " WHERE l.key >= p.lo AND ",
             $bound,
@@ -152,6 +173,7 @@ pub(crate) const MYSQL: Dialect = Dialect {
     log_columns: "revision, sub, `key`, value, create_revision, prev_revision, version, lease, \
         deleted, next_revision",
     read_key: key_bytes!("l.key"),
+    log_by_key: log_by_key!(),
     // The session runs at READ COMMITTED (see `SqlStore::open_mysql`): the writer holds the
     // meta row lock, so each of its statements sees every earlier commit; its UPDATEs and
     // DELETEs lock only the rows they change (no gap locks to collide with compaction's
@@ -162,13 +184,14 @@ pub(crate) const MYSQL: Dialect = Dialect {
     latest_row: concat!(
         "SELECT ",
         key_bytes!("l.key"),
-        ", l.value, l.create_revision, l.revision, l.version, l.lease, l.deleted \
-         FROM rudder_log l WHERE l.key = ? AND l.next_revision = 0"
+        ", l.value, l.create_revision, l.revision, l.version, l.lease, l.deleted FROM ",
+        log_by_key!(),
+        " WHERE l.key = ? AND l.next_revision = 0"
     ),
     range_bounded: range!("l.key < p.hi"),
     range_unbounded: range!("p.hi IS NOT NULL"),
-    range_snapshot_bounded: range_snapshot!("l.key < p.hi"),
-    range_snapshot_unbounded: range_snapshot!("p.hi IS NOT NULL"),
+    range_snapshot_bounded: range_snapshot!("l.key < CAST(? AS BINARY)"),
+    range_snapshot_unbounded: range_snapshot!("CAST(? AS BINARY) IS NOT NULL"),
     count_bounded: count!("l.key < p.hi"),
     count_unbounded: count!("p.hi IS NOT NULL"),
     count_snapshot_bounded: count_snapshot!("l.key < p.hi"),

@@ -44,6 +44,7 @@ pub(crate) const POSTGRES: Dialect = Dialect {
     name: "postgres",
     log_columns: super::LOG_COLUMNS,
     read_key: "l.key",
+    log_by_key: "rudder_log l",
     begin_and_lock: "BEGIN; SELECT revision, compact_revision, purged_revision \
         FROM rudder_meta WHERE id = 1 FOR UPDATE",
     read_meta: "SELECT revision, compact_revision, purged_revision FROM rudder_meta WHERE id = 1",

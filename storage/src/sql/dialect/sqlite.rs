@@ -43,6 +43,7 @@ pub(crate) const SQLITE: Dialect = Dialect {
     name: "sqlite",
     log_columns: super::LOG_COLUMNS,
     read_key: "l.key",
+    log_by_key: "rudder_log l",
     begin_and_lock: "BEGIN IMMEDIATE; \
         SELECT revision, compact_revision, purged_revision FROM rudder_meta WHERE id = 1",
     read_meta: "SELECT revision, compact_revision, purged_revision FROM rudder_meta WHERE id = 1",
