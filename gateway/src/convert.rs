@@ -66,8 +66,9 @@ pub fn key_range(key: &[u8], range_end: &[u8]) -> Result<storage::KeyRange, Stat
 
 /// The part of a range request the storage interface serves; sorting, revision filters and
 /// the final limit are applied afterwards by [`crate::kv`], in etcd's order: with a sort order
-/// or a revision filter everything is read, then sorted and cut; otherwise `limit + 1` keys
-/// are read (in key order), then sorted by the target if it is not the key, then cut.
+/// or a revision filter everything is read, then sorted and cut; with a sort target other
+/// than the key (and no order) `limit + 1` keys are read in key order, then sorted by the
+/// target, then cut; otherwise `limit` keys are read, which is the answer.
 pub fn range_request(request: &PbRangeRequest) -> Result<storage::RangeRequest, Status> {
     let read_everything = request.sort_order != 0
         || request.min_mod_revision != 0
@@ -77,10 +78,16 @@ pub fn range_request(request: &PbRangeRequest) -> Result<storage::RangeRequest, 
     Ok(storage::RangeRequest {
         range: key_range(&request.key, &request.range_end)?,
         revision: request.revision,
+        // In key order the store's page is the answer, and it tells whether there are more
+        // keys itself. (Asking it for one key more than the client did cost a count of the
+        // rest of the range on every page of a list: the store keeps the count for the page
+        // after the one it returned, and the client's next page started one key earlier.)
         limit: if read_everything || request.limit <= 0 {
             0
-        } else {
+        } else if request.sort_target != 0 {
             request.limit.saturating_add(1)
+        } else {
+            request.limit
         },
         keys_only: request.keys_only,
         count_only: request.count_only,

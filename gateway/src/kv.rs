@@ -51,7 +51,7 @@ pub(crate) fn finish_range(
             }
         });
     }
-    // The read may hold one key more than the limit (to tell whether there are more).
+    // A read of everything (sorted or filtered here) holds more keys than the limit.
     let mut more = response.more;
     if request.limit > 0 && kvs.len() > request.limit as usize {
         kvs.truncate(request.limit as usize);

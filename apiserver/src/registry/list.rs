@@ -356,9 +356,13 @@ impl Registry {
             }
         }
         let limit = options.limit;
-        // One row past the page tells whether there is more (`limit` may be i64::MAX).
+        // An unfiltered page is one read of `limit` keys: the store tells whether there are
+        // more, and the next page starts just after its last key (as upstream's token does) —
+        // the start the store kept the rest of the range's count for, so a paged list counts
+        // once, not on every page. A filtered list reads batches, and one row past the page
+        // tells whether there is more (`limit` may be i64::MAX).
         let batch = match (limit, filter.is_empty()) {
-            (Some(limit), true) => limit.saturating_add(1),
+            (Some(limit), true) => limit,
             (Some(limit), false) => limit.saturating_add(1).max(FILTERED_BATCH),
             (None, _) => 0,
         };
@@ -409,6 +413,11 @@ impl Registry {
                 start = kv.key;
                 start.push(0);
             }
+            let full = limit.is_some_and(|limit| items.len() as i64 >= limit);
+            if continue_from.is_none() && full && response.more && filter.is_empty() {
+                continue_from = Some(start.clone());
+                remaining = Some(response.count - fetched as i64);
+            }
             if continue_from.is_some() || !response.more || fetched == 0 {
                 break;
             }
@@ -445,6 +454,72 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An unfiltered list read from the store, page by page: each page is what is left after
+    /// the one before, counted, and each token starts just after its page's last key (as
+    /// upstream's does), where the store keeps the count of the rest of the range.
+    #[tokio::test]
+    async fn paged_lists_from_the_store_continue_after_the_last_key() {
+        let (registry, _dir) =
+            super::super::store::tests::registry_with(rudder_admission::Chain::new()).await;
+        let configmaps = crate::catalog::find("", "v1", "configmaps").expect("served");
+        for name in ["a", "b", "c", "d", "e"] {
+            let input = super::super::Input {
+                object: serde_json::json!({"metadata": {"name": name, "namespace": "default"}}),
+                duplicate_fields: Vec::new(),
+            };
+            registry
+                .create(
+                    configmaps,
+                    Some("default"),
+                    input,
+                    &super::super::store::tests::write(),
+                )
+                .await
+                .expect("created");
+        }
+        let mut options = ListOptions::everything();
+        options.limit = Some(2);
+        let mut pages = Vec::new();
+        loop {
+            let page = registry
+                .list(configmaps, Some("default"), &options)
+                .await
+                .expect("lists");
+            let names: Vec<String> = page
+                .items
+                .iter()
+                .map(|item| item["metadata"]["name"].as_str().unwrap_or("").to_string())
+                .collect();
+            let start = page
+                .continue_token
+                .as_deref()
+                .map(|token| decode_continue(token).expect("valid token").1);
+            pages.push((names, page.remaining_item_count, start));
+            match page.continue_token {
+                Some(token) => options.continue_token = Some(token),
+                None => break,
+            }
+        }
+        let page = |names: &[&str], remaining: Option<i64>, start: Option<&str>| {
+            (
+                names
+                    .iter()
+                    .map(|name| name.to_string())
+                    .collect::<Vec<_>>(),
+                remaining,
+                start.map(str::to_string),
+            )
+        };
+        assert_eq!(
+            pages,
+            [
+                page(&["a", "b"], Some(3), Some("b\0")),
+                page(&["c", "d"], Some(1), Some("d\0")),
+                page(&["e"], None, None),
+            ]
+        );
+    }
 
     #[test]
     fn continue_tokens_round_trip() {
