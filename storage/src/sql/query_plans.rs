@@ -23,6 +23,7 @@
 use std::sync::Arc;
 
 use sqlx::any::AnyRow;
+use sqlx::AnyConnection;
 use sqlx::{Column, Row};
 
 use super::dialect::{latest_rows, Dialect, MYSQL, POSTGRES};
@@ -69,19 +70,23 @@ enum Bind {
     Int(i64),
 }
 
-/// The plan of `sql` with `binds`, on a connection of the store's read pool, one line per
-/// plan row (MySQL's rows as `column=value` pairs).
-async fn plan(store: &SqlStore, sql: &str, binds: &[Bind]) -> String {
-    let explain = format!("EXPLAIN {sql}");
-    let mut query = sqlx::query(&explain);
+/// Runs `sql` with `binds` on `conn`.
+async fn fetch(conn: &mut AnyConnection, sql: &str, binds: &[Bind]) -> Vec<AnyRow> {
+    let mut query = sqlx::query(sql);
     for bind in binds {
         query = match bind {
             Bind::Bytes(bytes) => query.bind(bytes.to_vec()),
             Bind::Int(int) => query.bind(*int),
         };
     }
+    query.fetch_all(conn).await.unwrap()
+}
+
+/// The plan of `sql` with `binds`, on a connection of the store's read pool, one line per
+/// plan row (MySQL's rows as `column=value` pairs).
+async fn plan(store: &SqlStore, sql: &str, binds: &[Bind]) -> String {
     let mut conn = store.reader.pool.acquire().await.unwrap();
-    let rows = query.fetch_all(&mut *conn).await.unwrap();
+    let rows = fetch(&mut conn, &format!("EXPLAIN {sql}"), binds).await;
     rows.iter().map(plan_row).collect::<Vec<_>>().join("\n")
 }
 
@@ -169,24 +174,19 @@ fn key_reads(dialect: &'static Dialect) -> Vec<(&'static str, String, Vec<Bind>,
 
 /// How many temporary tables on disk running `sql` with `binds` made MySQL create.
 async fn disk_temporary_tables(store: &SqlStore, sql: &str, binds: &[Bind]) -> i64 {
-    let mut conn = store.reader.pool.acquire().await.unwrap();
-    let created = "SHOW SESSION STATUS LIKE 'Created_tmp_disk_tables'";
-    let mut counts = Vec::new();
-    for run in [false, true] {
-        if run {
-            let mut query = sqlx::query(sql);
-            for bind in binds {
-                query = match bind {
-                    Bind::Bytes(bytes) => query.bind(bytes.to_vec()),
-                    Bind::Int(int) => query.bind(*int),
-                };
-            }
-            query.fetch_all(&mut *conn).await.unwrap();
-        }
-        let row = sqlx::query(created).fetch_one(&mut *conn).await.unwrap();
-        counts.push(row.try_get::<String, _>(1).unwrap().parse::<i64>().unwrap());
+    async fn created_so_far(conn: &mut AnyConnection) -> i64 {
+        let rows = fetch(
+            conn,
+            "SHOW SESSION STATUS LIKE 'Created_tmp_disk_tables'",
+            &[],
+        )
+        .await;
+        rows[0].try_get::<String, _>(1).unwrap().parse().unwrap()
     }
-    counts[1] - counts[0]
+    let mut conn = store.reader.pool.acquire().await.unwrap();
+    let before = created_so_far(&mut conn).await;
+    fetch(&mut conn, sql, binds).await;
+    created_so_far(&mut conn).await - before
 }
 
 async fn key_reads_walk_the_key_index(harness: Box<dyn Harness>, dialect: &'static Dialect) {
