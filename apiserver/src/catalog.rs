@@ -321,6 +321,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
     certificates::CERTIFICATE_SIGNING_REQUESTS,
     // apiextensions.k8s.io/v1
     crate::crd::kind::CUSTOM_RESOURCE_DEFINITIONS,
+    // apiregistration.k8s.io/v1
+    crate::kinds::apiregistration::API_SERVICES,
     // admissionregistration.k8s.io/v1
     crate::kinds::admissionregistration::MUTATING_WEBHOOK_CONFIGURATIONS,
     crate::kinds::admissionregistration::VALIDATING_WEBHOOK_CONFIGURATIONS,

@@ -13,6 +13,7 @@
 //! `server::start`, then `http::resources`, then `registry::store`. docs/apiserver.md has the
 //! flows.
 
+pub mod aggregator;
 pub mod audit;
 pub mod authn;
 pub mod authz;
@@ -36,6 +37,7 @@ pub mod registry;
 pub mod request;
 pub mod selectors;
 pub mod server;
+pub mod service_endpoint;
 pub mod tables;
 pub mod tls;
 mod tracing_context;

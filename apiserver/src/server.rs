@@ -514,6 +514,9 @@ pub async fn start(
     );
     let first_service_ip = allocators.first_service_ip();
     let (pki, joined, token) = cluster_pki(&config, storage.as_ref(), first_service_ip).await?;
+    let front_proxy = crate::pki::front_proxy::share_and_load(storage.as_ref(), &token, &pki.dir)
+        .await
+        .map_err(StartError::Cluster)?;
     let tls = pki.server_config().map_err(StartError::Pki)?;
     let tokens = match &config.token_auth_file {
         Some(path) => Some(TokenFile::load(path).map_err(StartError::TokenFile)?),
@@ -616,6 +619,22 @@ pub async fn start(
         tracing::warn!("the CustomResourceDefinitions in the store were not served within 30 s; serving without them until they are");
     }
     registry::spawn_object_counter(&registry, config.count_metric_poll_period);
+    crate::aggregator::authentication_config::publish(
+        &registry,
+        &pki.ca_cert_pem,
+        &front_proxy.ca_cert_pem,
+    )
+    .await
+    .map_err(StartError::Bootstrap)?;
+    let aggregator = Arc::new(crate::aggregator::Aggregator::new(
+        crate::aggregator::client::Client::new(&front_proxy, tasks.clone(), shutdown.clone())
+            .map_err(StartError::Pki)?,
+    ));
+    tasks.spawn(crate::aggregator::controller::run(
+        registry.clone(),
+        aggregator.clone(),
+        shutdown.clone(),
+    ));
     let advertised_url = format!("https://{}", SocketAddr::new(advertise, addr.port()));
     registry::publish_cluster_info(&registry, &advertised_url, &pki.ca_cert_pem)
         .await
@@ -635,6 +654,7 @@ pub async fn start(
         service_accounts,
     )
     .with_auditor(auditor)
+    .with_aggregator(aggregator)
     .with_kms_health(kms_health)
     .with_kubelet_client(
         crate::http::kubelet_proxy::KubeletClient::new(&pki, tasks.clone(), shutdown.clone())

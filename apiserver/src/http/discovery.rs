@@ -5,25 +5,46 @@
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
+use crate::aggregator::discovery::{remote_groups, version_entry};
+use crate::aggregator::Routes;
 use crate::catalog::{self, GroupVersionKind, ResourceInfo, RESOURCES};
 use crate::crd::Served;
 
 /// Every group with its served versions, the preferred first: the built-in groups in
-/// catalog order, then those of CRDs.
-fn all_groups(custom: &Served) -> Vec<(&'static str, Vec<&'static str>)> {
-    let mut groups: Vec<(&'static str, Vec<&'static str>)> = catalog::groups()
+/// catalog order, then those of CRDs, then those of APIServices served elsewhere.
+fn all_groups(custom: &Served, routes: &Routes) -> Vec<(String, Vec<String>)> {
+    let mut groups: Vec<(String, Vec<String>)> = catalog::groups()
         .into_iter()
-        .map(|group| (group, catalog::versions_of(group)))
+        .map(|group| {
+            let versions = catalog::versions_of(group);
+            (
+                group.to_string(),
+                versions.iter().map(|v| v.to_string()).collect(),
+            )
+        })
         .collect();
     for group in &custom.groups {
-        if !groups.iter().any(|(name, _)| *name == group.name) {
-            groups.push((group.name, group.versions.clone()));
+        if !groups.iter().any(|(name, _)| name == group.name) {
+            let versions = group.versions.iter().map(|v| v.to_string()).collect();
+            groups.push((group.name.to_string(), versions));
+        }
+    }
+    for (group, versions) in remote_groups(routes) {
+        match groups.iter_mut().find(|(name, _)| *name == group) {
+            Some((_, served)) => {
+                for version in versions {
+                    if !served.contains(&version) {
+                        served.push(version);
+                    }
+                }
+            }
+            None => groups.push((group, versions)),
         }
     }
     groups
 }
 
-/// The resources served in group/version, built-in or custom.
+/// The resources served here in group/version, built-in or custom.
 fn resources_in<'a>(
     group: &'a str,
     version: &'a str,
@@ -117,7 +138,7 @@ fn group_version(group: &str, version: &str) -> String {
     }
 }
 
-fn api_group(group: &str, versions: &[&str]) -> Value {
+fn api_group(group: &str, versions: &[String]) -> Value {
     let entries: Vec<Value> = versions
         .iter()
         .map(|version| json!({"groupVersion": group_version(group, version), "version": version}))
@@ -160,15 +181,18 @@ fn aggregated_resource(info: &ResourceInfo) -> Value {
     entry
 }
 
-fn aggregated_list(legacy: bool, version: &str, custom: &Served) -> Value {
-    let items: Vec<Value> = all_groups(custom)
+fn aggregated_list(legacy: bool, version: &str, custom: &Served, routes: &Routes) -> Value {
+    let items: Vec<Value> = all_groups(custom, routes)
         .into_iter()
         .filter(|(group, _)| group.is_empty() == legacy)
         .map(|(group, versions)| {
             let versions: Vec<Value> = versions
                 .iter()
                 .map(|group_version| {
-                    let resources: Vec<Value> = resources_in(group, group_version, custom)
+                    if let Some(remote) = routes.remote.get(&(group.clone(), group_version.clone())) {
+                        return version_entry(remote);
+                    }
+                    let resources: Vec<Value> = resources_in(&group, group_version, custom)
                         .map(aggregated_resource)
                         .collect();
                     json!({"version": group_version, "resources": resources, "freshness": "Current"})
@@ -190,11 +214,20 @@ fn aggregated_list(legacy: bool, version: &str, custom: &Served) -> Value {
 }
 
 /// `/api` or `/apis`.
-pub fn root(legacy: bool, accept: Option<&str>, advertise: &str, custom: &Served) -> Response {
+pub fn root(
+    legacy: bool,
+    accept: Option<&str>,
+    advertise: &str,
+    custom: &Served,
+    routes: &Routes,
+) -> Response {
     if let Some(version) = aggregated_version(accept) {
         let content_type =
             format!("application/json;g=apidiscovery.k8s.io;v={version};as=APIGroupDiscoveryList");
-        return json_response(content_type, &aggregated_list(legacy, version, custom));
+        return json_response(
+            content_type,
+            &aggregated_list(legacy, version, custom, routes),
+        );
     }
     let body = if legacy {
         json!({
@@ -203,10 +236,10 @@ pub fn root(legacy: bool, accept: Option<&str>, advertise: &str, custom: &Served
             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": advertise}],
         })
     } else {
-        let groups: Vec<Value> = all_groups(custom)
+        let groups: Vec<Value> = all_groups(custom, routes)
             .into_iter()
             .filter(|(group, _)| !group.is_empty())
-            .map(|(group, versions)| api_group(group, &versions))
+            .map(|(group, versions)| api_group(&group, &versions))
             .collect();
         json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
     };
@@ -214,13 +247,13 @@ pub fn root(legacy: bool, accept: Option<&str>, advertise: &str, custom: &Served
 }
 
 /// `/apis/<group>`.
-pub fn group(group: &str, custom: &Served) -> Option<Response> {
+pub fn group(group: &str, custom: &Served, routes: &Routes) -> Option<Response> {
     if group.is_empty() {
         return None;
     }
-    let (_, versions) = all_groups(custom)
+    let (_, versions) = all_groups(custom, routes)
         .into_iter()
-        .find(|(name, _)| *name == group)?;
+        .find(|(name, _)| name == group)?;
     let mut body = api_group(group, &versions);
     body["kind"] = json!("APIGroup");
     body["apiVersion"] = json!("v1");
@@ -254,7 +287,7 @@ mod tests {
 
     #[test]
     fn aggregated_core_group_has_pods_with_short_names_and_subresources() {
-        let list = aggregated_list(true, "v2", &Served::default());
+        let list = aggregated_list(true, "v2", &Served::default(), &Routes::default());
         let items = list["items"].as_array().expect("items");
         assert_eq!(items.len(), 1);
         let resources = items[0]["versions"][0]["resources"]

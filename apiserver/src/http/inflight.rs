@@ -49,6 +49,25 @@ fn is_long_running(request: &Request, custom: &crate::crd::Served) -> bool {
         )
 }
 
+/// A watch or a connect-like request to an APIService served elsewhere.
+fn is_long_running_aggregated(state: &AppState, request: &Request) -> bool {
+    let path = request.uri().path();
+    let Some(aggregator) = state.aggregator.as_deref() else {
+        return false;
+    };
+    if aggregator.route(path).is_none() {
+        return false;
+    }
+    let anonymous = crate::authn::UserInfo::anonymous();
+    let attributes = crate::aggregator::request_info::attributes(
+        &anonymous,
+        request.method(),
+        path,
+        request.uri().query().unwrap_or(""),
+    );
+    crate::aggregator::request_info::is_long_running(&attributes)
+}
+
 fn is_mutating(method: &http::Method) -> bool {
     matches!(
         *method,
@@ -71,7 +90,9 @@ fn timed_out() -> Response {
 
 /// The middleware (after authentication, which names the caller).
 pub async fn limit(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    if is_long_running(&request, &state.registry.custom().served()) {
+    if is_long_running(&request, &state.registry.custom().served())
+        || is_long_running_aggregated(&state, &request)
+    {
         return next.run(request).await;
     }
     let limits = &state.request_limits;

@@ -65,6 +65,8 @@ pub struct AppState {
     /// Connects to kubelets (pods/log, exec, attach, portforward, nodes/proxy); without one
     /// those answer 503.
     pub kubelet_client: Option<Arc<kubelet_proxy::KubeletClient>>,
+    /// Proxies the APIServices served elsewhere; without one only local APIs are served.
+    pub aggregator: Option<Arc<crate::aggregator::Aggregator>>,
 }
 
 impl AppState {
@@ -89,12 +91,19 @@ impl AppState {
             service_accounts,
             auditor: None,
             kubelet_client: None,
+            aggregator: None,
         }
     }
 
     /// Proxies the kubelets' subresources with `client`.
     pub fn with_kubelet_client(mut self, client: kubelet_proxy::KubeletClient) -> Self {
         self.kubelet_client = Some(Arc::new(client));
+        self
+    }
+
+    /// Proxies aggregated APIs with `aggregator`.
+    pub fn with_aggregator(mut self, aggregator: Arc<crate::aggregator::Aggregator>) -> Self {
+        self.aggregator = Some(aggregator);
         self
     }
 

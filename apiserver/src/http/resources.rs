@@ -33,6 +33,13 @@ pub async fn handle(State(state): State<AppState>, request: Request) -> Response
         .get::<Caller>()
         .map(|caller| caller.0.clone())
         .unwrap_or_else(crate::authn::UserInfo::anonymous);
+    let aggregator = state.aggregator.as_deref();
+    if let Some(remote) = aggregator.and_then(|aggregator| aggregator.route(parts.uri.path())) {
+        return crate::aggregator::proxy::serve(&state, &caller, remote, parts, body).await;
+    }
+    let routes = aggregator
+        .map(crate::aggregator::Aggregator::routes)
+        .unwrap_or_default();
     let query = Query::parse(parts.uri.query());
     let accept = header(&parts.headers, http::header::ACCEPT);
     let custom = state.registry.custom().served();
@@ -49,8 +56,10 @@ pub async fn handle(State(state): State<AppState>, request: Request) -> Response
         }
     }
     match path {
-        ApiPath::Root { legacy } => discovery::root(legacy, accept, &state.advertise, &custom),
-        ApiPath::Group(group) => discovery::group(&group, &custom)
+        ApiPath::Root { legacy } => {
+            discovery::root(legacy, accept, &state.advertise, &custom, &routes)
+        }
+        ApiPath::Group(group) => discovery::group(&group, &custom, &routes)
             .unwrap_or_else(|| ApiError::path_not_found().into_response()),
         ApiPath::GroupVersion { group, version } => {
             discovery::resource_list(&group, &version, &custom)

@@ -26,6 +26,7 @@ use crate::selectors::FieldSet;
 use crate::validation::{Errs, NameRule};
 
 pub mod admissionregistration;
+pub mod apiregistration;
 pub mod apps;
 pub mod authorization;
 pub mod batch;

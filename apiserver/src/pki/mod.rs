@@ -3,6 +3,7 @@
 
 pub mod cluster;
 mod der;
+pub mod front_proxy;
 pub mod host;
 mod issue;
 pub mod kubeconfig;
@@ -174,7 +175,8 @@ impl Pki {
             .map_err(io_err(&dir))?;
         let path = |name: &str| dir.join(name);
 
-        let (ca, ca_cert_pem) = load_or_create_ca(&path(CA_CERT_FILE), &path(CA_KEY_FILE))?;
+        let (ca, ca_cert_pem) =
+            load_or_create_ca(&path(CA_CERT_FILE), &path(CA_KEY_FILE), CA_COMMON_NAME)?;
         let ca_info = issue::ca_info(&ca_cert_pem)?;
 
         let wanted = wanted_sans(tls_sans, extra_ips);
@@ -278,14 +280,18 @@ impl Pki {
     }
 }
 
-fn load_or_create_ca(cert_path: &Path, key_path: &Path) -> Result<(CaSigner, String), PkiError> {
+fn load_or_create_ca(
+    cert_path: &Path,
+    key_path: &Path,
+    common_name: &str,
+) -> Result<(CaSigner, String), PkiError> {
     match (read_optional(cert_path)?, read_optional(key_path)?) {
         (Some(cert), Some(key)) => Ok((CaSigner::load(&cert, &key)?, cert)),
         (None, None) => {
-            let (signer, cert, key) = CaSigner::generate(CA_COMMON_NAME)?;
+            let (signer, cert, key) = CaSigner::generate(common_name)?;
             write_private_file(key_path, &key)?;
             write_public_file(cert_path, &cert)?;
-            tracing::info!(path = %cert_path.display(), "created cluster CA");
+            tracing::info!(path = %cert_path.display(), common_name, "created a CA");
             Ok((signer, cert))
         }
         (Some(_), None) => Err(PkiError::Invalid(format!(

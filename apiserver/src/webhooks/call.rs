@@ -6,12 +6,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::rt::TokioIo;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, ServerName};
+use rustls_pki_types::ServerName;
 use serde_json::Value;
 use tokio_rustls::TlsConnector;
 
@@ -60,18 +58,7 @@ impl Target {
 }
 
 fn connector(ca_bundle: Option<&str>) -> Result<TlsConnector, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    if let Some(bundle) = ca_bundle {
-        let pem = base64::engine::general_purpose::STANDARD
-            .decode(bundle)
-            .map_err(|error| format!("caBundle: {error}"))?;
-        for cert in CertificateDer::pem_slice_iter(&pem) {
-            let cert = cert.map_err(|error| format!("caBundle: {error}"))?;
-            roots
-                .add(cert)
-                .map_err(|error| format!("caBundle: {error}"))?;
-        }
-    }
+    let roots = crate::aggregator::client::roots(ca_bundle)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

@@ -27,7 +27,6 @@ use crate::kinds::admissionregistration::{
     MUTATING_WEBHOOK_CONFIGURATIONS, VALIDATING_WEBHOOK_CONFIGURATIONS,
 };
 use crate::registry::Registry;
-use crate::request::ListOptions;
 
 /// The webhook plugins: reads configurations, namespaces and endpoints through `reader`
 /// (a registry without admission).
@@ -173,10 +172,9 @@ impl Webhooks {
         let port = service["port"].as_i64().unwrap_or(443);
         let path = service["path"].as_str().unwrap_or("/");
         let url = format!("https://{name}.{namespace}.svc:{port}{path}");
-        let endpoint = self
-            .service_endpoint(namespace, name, port)
+        let endpoint = crate::service_endpoint::resolve(&self.reader, namespace, name, port)
             .await
-            .ok_or_else(|| {
+            .map_err(|_| {
                 format!("Post \"{url}\": service \"{namespace}/{name}\" has no ready endpoint")
             })?;
         Ok(Target {
@@ -185,49 +183,6 @@ impl Webhooks {
             path: path.to_string(),
             url,
         })
-    }
-
-    /// A ready address of the Service's endpoints for its `port`.
-    async fn service_endpoint(&self, namespace: &str, name: &str, port: i64) -> Option<String> {
-        let services = crate::catalog::find("", "v1", "services")?;
-        let service = self
-            .reader
-            .get(services, Some(namespace), name)
-            .await
-            .ok()?;
-        let service_port = service["spec"]["ports"]
-            .as_array()?
-            .iter()
-            .find(|p| p["port"].as_i64() == Some(port))?
-            .clone();
-        let slices = crate::catalog::find("discovery.k8s.io", "v1", "endpointslices")?;
-        let mut options = ListOptions::everything();
-        options.label_selector = format!("kubernetes.io/service-name={name}");
-        let listed = self
-            .reader
-            .list(slices, Some(namespace), &options)
-            .await
-            .ok()?;
-        for slice in listed.items {
-            let slice: &Value = &slice;
-            let target_port = slice["ports"].as_array()?.iter().find(|p| {
-                p["name"].as_str().unwrap_or("") == service_port["name"].as_str().unwrap_or("")
-            })?["port"]
-                .as_i64()?;
-            for endpoint in slice["endpoints"].as_array().into_iter().flatten() {
-                if endpoint["conditions"]["ready"] == false {
-                    continue;
-                }
-                if let Some(address) = endpoint["addresses"][0].as_str() {
-                    return Some(if address.contains(':') {
-                        format!("[{address}]:{target_port}")
-                    } else {
-                        format!("{address}:{target_port}")
-                    });
-                }
-            }
-        }
-        None
     }
 
     /// Calls one webhook. `Err` is a call that failed (judged by the failure policy).

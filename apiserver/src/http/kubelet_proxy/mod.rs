@@ -27,7 +27,7 @@ mod options;
 pub mod stats;
 #[cfg(test)]
 mod tests;
-mod upgrade;
+pub(crate) mod upgrade;
 
 use axum::body::Body;
 use axum::response::Response;

@@ -120,26 +120,43 @@ pub async fn proxy(
         .body(forward.body)
         .map_err(|error| ApiError::internal(format!("the kubelet request: {error}")))?;
     *request.headers_mut() = forward.headers;
-    let mut answer = client
+    let answer = client
         .send(endpoint, request)
         .await
         .map_err(|error| ApiError::internal(format!("error dialing backend: {error}")))?;
     if answer.status() != StatusCode::SWITCHING_PROTOCOLS {
-        let (mut parts, body) = answer.into_parts();
-        strip_hop_headers(&mut parts.headers);
-        return Ok(Response::from_parts(parts, Body::new(body)));
+        return Ok(relay(answer));
     }
     let Some(downstream) = forward.on_upgrade else {
         return Err(ApiError::bad_request(
             "the kubelet upgraded a connection the client cannot upgrade",
         ));
     };
+    Ok(answer_upgrade(answer, downstream, |splice| {
+        client.spawn(splice)
+    }))
+}
+
+/// An answer that is not an upgrade, relayed as it is (status, headers, body streamed).
+pub fn relay(answer: http::Response<hyper::body::Incoming>) -> Response {
+    let (mut parts, body) = answer.into_parts();
+    strip_hop_headers(&mut parts.headers);
+    Response::from_parts(parts, Body::new(body))
+}
+
+/// A `101` answer: the client gets it with the backend's headers, and `spawn` runs the
+/// splice of the two upgraded connections.
+pub fn answer_upgrade(
+    mut answer: http::Response<hyper::body::Incoming>,
+    downstream: OnUpgrade,
+    spawn: impl FnOnce(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>),
+) -> Response {
     let upstream = hyper::upgrade::on(&mut answer);
     let mut response = Response::new(Body::empty());
     *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     *response.headers_mut() = answer.headers().clone();
-    client.spawn(splice(downstream, upstream));
-    Ok(response)
+    spawn(Box::pin(splice(downstream, upstream)));
+    response
 }
 
 /// Drops a relayed answer's hop-by-hop headers (hyper frames the body itself).

@@ -1,0 +1,431 @@
+//! API aggregation with real kubectl: an extension apiserver (a small "wardle" server this
+//! test runs, in the shape of upstream's sample-apiserver: Flunders in
+//! `wardle.example.com/v1alpha1`) behind a selector-less Service and its EndpointSlice,
+//! registered with an APIService. It trusts only the front-proxy CA the cluster publishes in
+//! `kube-system/extension-apiserver-authentication` and reads the caller from the
+//! `X-Remote-*` headers, as real extension apiservers do. Checked: the APIService becomes
+//! Available, discovery lists the group, kubectl creates, gets and lists Flunders through the
+//! apiserver with the caller's identity, a caller RBAC refuses never reaches the extension,
+//! and a server that goes away turns the APIService unavailable and its requests into 503s.
+
+// Test code: a failed expectation is meant to panic.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use rudder_tests::{Kubectl, RudderServer};
+use rustls::pki_types::pem::PemObject;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+
+const RUDDER: &str = env!("CARGO_BIN_EXE_rudder");
+const GROUP_VERSION: &str = "wardle.example.com/v1alpha1";
+
+/// What the wardle server holds and who called it.
+#[derive(Default)]
+struct Wardle {
+    flunders: BTreeMap<(String, String), Value>,
+    /// `X-Remote-User` and `X-Remote-Group`s of each request.
+    callers: Vec<(String, Vec<String>)>,
+}
+
+type Shared = Arc<Mutex<Wardle>>;
+
+fn answer(status: u16, body: &Value) -> hyper::Response<Full<Bytes>> {
+    hyper::Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap()
+}
+
+fn not_found(what: &str) -> hyper::Response<Full<Bytes>> {
+    answer(
+        404,
+        &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "message": format!("{what} not found"), "reason": "NotFound", "code": 404}),
+    )
+}
+
+async fn serve(request: hyper::Request<Incoming>, state: Shared) -> hyper::Response<Full<Bytes>> {
+    let headers = request.headers();
+    let user = headers
+        .get("x-remote-user")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let groups: Vec<String> = headers
+        .get_all("x-remote-group")
+        .iter()
+        .filter_map(|v| v.to_str().ok().map(str::to_string))
+        .collect();
+    state.lock().unwrap().callers.push((user.clone(), groups));
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let prefix = format!("/apis/{GROUP_VERSION}");
+    let Some(rest) = path.strip_prefix(&prefix) else {
+        return not_found(&path);
+    };
+    let parts: Vec<&str> = rest.split('/').filter(|p| !p.is_empty()).collect();
+    match (method.as_str(), parts.as_slice()) {
+        ("GET", []) => answer(
+            200,
+            &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": GROUP_VERSION,
+                "resources": [{"name": "flunders", "singularName": "flunder", "namespaced": true,
+                    "kind": "Flunder", "verbs": ["create", "delete", "get", "list"],
+                    "shortNames": ["fl"]}]}),
+        ),
+        ("GET", ["namespaces", namespace, "flunders"]) => {
+            let items: Vec<Value> = state
+                .lock()
+                .unwrap()
+                .flunders
+                .iter()
+                .filter(|((ns, _), _)| ns == namespace)
+                .map(|(_, flunder)| flunder.clone())
+                .collect();
+            answer(
+                200,
+                &json!({"kind": "FlunderList", "apiVersion": GROUP_VERSION,
+                    "metadata": {"resourceVersion": "1"}, "items": items}),
+            )
+        }
+        ("GET", ["namespaces", namespace, "flunders", name]) => {
+            let key = (namespace.to_string(), name.to_string());
+            match state.lock().unwrap().flunders.get(&key) {
+                Some(flunder) => answer(200, flunder),
+                None => not_found(&format!("flunders.wardle.example.com \"{name}\"")),
+            }
+        }
+        ("POST", ["namespaces", namespace, "flunders"]) => {
+            let namespace = namespace.to_string();
+            let body = request.into_body().collect().await.unwrap().to_bytes();
+            let mut flunder: Value = serde_json::from_slice(&body).unwrap();
+            let name = flunder["metadata"]["name"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            flunder["metadata"]["namespace"] = json!(namespace);
+            flunder["metadata"]["creationTimestamp"] = json!("2026-12-07T00:00:00Z");
+            flunder["metadata"]["resourceVersion"] = json!("1");
+            flunder["metadata"]["annotations"] = json!({"wardle.example.com/created-by": user});
+            state
+                .lock()
+                .unwrap()
+                .flunders
+                .insert((namespace, name), flunder.clone());
+            answer(201, &flunder)
+        }
+        _ => not_found(&path),
+    }
+}
+
+/// The wardle server on 127.0.0.1: its serving certificate (for `api.wardle.svc`, its own
+/// CA) and a client-certificate requirement against `front_proxy_ca`, refusing any client
+/// certificate but the proxy's (`front-proxy-client`).
+async fn wardle_server(
+    front_proxy_ca: &str,
+    state: Shared,
+) -> (std::net::SocketAddr, String, tokio::task::JoinHandle<()>) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params = rcgen::CertificateParams::new(vec!["api.wardle.svc".to_string()]).unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    let ca_pem = cert.pem();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for der in rustls::pki_types::CertificateDer::pem_slice_iter(front_proxy_ca.as_bytes()) {
+        roots.add(der.unwrap()).unwrap();
+    }
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
+        )
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let mut connections = tokio::task::JoinSet::new();
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let acceptor = acceptor.clone();
+            let state = state.clone();
+            connections.spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let peer = tls.get_ref().1.peer_certificates().unwrap()[0].clone();
+                let (_, parsed) = x509_parser::parse_x509_certificate(&peer).unwrap();
+                let cn = parsed
+                    .subject()
+                    .iter_common_name()
+                    .next()
+                    .and_then(|cn| cn.as_str().ok())
+                    .unwrap_or("")
+                    .to_string();
+                if cn != "front-proxy-client" {
+                    return;
+                }
+                let service = hyper::service::service_fn(move |request| {
+                    let state = state.clone();
+                    async move { Ok::<_, Infallible>(serve(request, state).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    (addr, ca_pem, task)
+}
+
+fn registration(addr: std::net::SocketAddr, ca_pem: &str) -> String {
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    format!(
+        "apiVersion: v1
+kind: Namespace
+metadata: {{name: wardle}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: api, namespace: wardle}}
+spec:
+  ports: [{{name: https, port: 443, targetPort: {port}}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: api-1
+  namespace: wardle
+  labels: {{kubernetes.io/service-name: api}}
+addressType: IPv4
+ports: [{{name: https, port: {port}, protocol: TCP}}]
+endpoints: [{{addresses: [\"{ip}\"], conditions: {{ready: true}}}}]
+---
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {{name: v1alpha1.wardle.example.com}}
+spec:
+  group: wardle.example.com
+  version: v1alpha1
+  groupPriorityMinimum: 2000
+  versionPriority: 200
+  service: {{namespace: wardle, name: api, port: 443}}
+  caBundle: {ca}
+",
+        port = addr.port(),
+        ip = addr.ip(),
+    )
+}
+
+const FLUNDER: &str = "apiVersion: wardle.example.com/v1alpha1
+kind: Flunder
+metadata: {name: my-flunder, namespace: wardle}
+spec: {reference: nothing}
+";
+
+const CRD: &str = "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.stable.example.com}
+spec:
+  group: stable.example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+";
+
+/// Runs `args` until `done` holds for its output (at most 30 s); returns that output.
+async fn wait_for(k: &Kubectl<'_>, args: &[&str], done: impl Fn(&str) -> bool) -> String {
+    let mut out = String::new();
+    for _ in 0..60 {
+        out = k.ok(args);
+        if done(&out) {
+            return out;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    panic!("kubectl {args:?} never showed what was awaited: {out}");
+}
+
+/// Polls the APIService's Available condition until it is `status` (as `kubectl get` shows
+/// it, the reason after a non-True status).
+async fn wait_available(k: &Kubectl<'_>, wanted: &str) -> String {
+    let args = ["get", "apiservice", "v1alpha1.wardle.example.com"];
+    let table = wait_for(k, &args, |table| {
+        table.lines().nth(1).unwrap_or("").contains(wanted)
+    })
+    .await;
+    table.lines().nth(1).unwrap_or("").to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extension_apiserver_serves_its_group_through_the_aggregator() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("state.db").display());
+    let server = RudderServer::start_with_args(
+        RUDDER,
+        &url,
+        &[
+            "--disable-controller-manager",
+            "--disable-scheduler",
+            "--disable-agent",
+        ],
+    );
+    let k = Kubectl {
+        server: &server,
+        version: "1.33",
+        namespace: "wardle".into(),
+    };
+    // Every built-in group-version is a Local APIService.
+    let listed = k.ok(&["get", "apiservices"]);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with("v1.apps ") && l.contains("Local") && l.contains("True")),
+        "{listed}"
+    );
+
+    // A CRD's group-version gets one while the CRD serves it.
+    let crd = k.file("crd.yaml", CRD);
+    k.ok(&["apply", "-f", &crd]);
+    let registered = wait_for(&k, &["get", "apiservices"], |out| {
+        out.lines()
+            .any(|l| l.starts_with("v1.stable.example.com ") && l.contains("Local"))
+    })
+    .await;
+    assert!(registered.contains("True"), "{registered}");
+    k.ok(&["delete", "-f", &crd]);
+    wait_for(&k, &["get", "apiservices"], |out| {
+        !out.contains("v1.stable.example.com")
+    })
+    .await;
+
+    // The extension apiserver is configured from the ConfigMap, as real ones read it.
+    let front_proxy_ca = k.ok(&[
+        "get",
+        "configmap",
+        "-n",
+        "kube-system",
+        "extension-apiserver-authentication",
+        "-o",
+        "jsonpath={.data.requestheader-client-ca-file}",
+    ]);
+    assert!(
+        front_proxy_ca.contains("BEGIN CERTIFICATE"),
+        "{front_proxy_ca}"
+    );
+    let state: Shared = Arc::default();
+    let (addr, ca_pem, task) = wardle_server(&front_proxy_ca, state.clone()).await;
+    let config = k.file("wardle.yaml", &registration(addr, &ca_pem));
+    k.ok(&["apply", "-f", &config]);
+    let row = wait_available(&k, "True").await;
+    assert!(row.contains("wardle/api"), "{row}");
+
+    // Discovery lists the group and its resource; kubectl works with it as with any other.
+    let resources = k.ok(&["api-resources", "--api-group=wardle.example.com"]);
+    assert!(
+        resources.contains("flunders") && resources.contains("Flunder"),
+        "{resources}"
+    );
+    let groups = k.ok(&["get", "--raw", "/apis"]);
+    assert!(groups.contains("\"wardle.example.com\""), "{groups}");
+    let flunder = k.file("flunder.yaml", FLUNDER);
+    k.ok(&["create", "-f", &flunder]);
+    let listed = k.ok_ns(&["get", "flunders"]);
+    assert!(listed.contains("my-flunder"), "{listed}");
+    let created_by = k.ok_ns(&[
+        "get",
+        "fl",
+        "my-flunder",
+        "-o",
+        "jsonpath={.metadata.annotations.wardle\\.example\\.com/created-by}",
+    ]);
+    assert_eq!(created_by, "admin");
+    // Older kubectls (aggregated discovery v2beta1, legacy discovery) find it too.
+    for version in ["1.27", "1.30"] {
+        let older = Kubectl {
+            server: &server,
+            version,
+            namespace: "wardle".into(),
+        };
+        let listed = older.ok_ns(&["get", "flunders"]);
+        assert!(listed.contains("my-flunder"), "{version}: {listed}");
+    }
+    let callers = state.lock().unwrap().callers.clone();
+    assert!(
+        callers
+            .iter()
+            .any(|(user, groups)| user == "admin" && groups.iter().any(|g| g == "system:masters")),
+        "{callers:?}"
+    );
+    assert!(
+        callers
+            .iter()
+            .any(|(user, _)| user == "system:kube-aggregator"),
+        "the availability check: {callers:?}"
+    );
+
+    // Authorization is the aggregator's: a caller RBAC refuses never reaches the extension.
+    let refused = k.fails_ns(&["get", "flunders", "--as=somebody"]);
+    assert!(
+        refused.contains(
+            "flunders.wardle.example.com is forbidden: User \"somebody\" cannot list resource \"flunders\" in API group \"wardle.example.com\" in the namespace \"wardle\""
+        ),
+        "{refused}"
+    );
+    let callers = state.lock().unwrap().callers.clone();
+    assert!(
+        !callers.iter().any(|(user, _)| user == "somebody"),
+        "{callers:?}"
+    );
+
+    // The extension apiserver goes away: the APIService turns unavailable and its requests
+    // are answered 503 by the aggregator.
+    task.abort();
+    let _ = task.await;
+    let row = wait_available(&k, "False (FailedDiscoveryCheck)").await;
+    assert!(row.contains("wardle/api"), "{row}");
+    let failed = k.fails_ns(&["get", "flunders", "my-flunder"]);
+    assert!(
+        failed.contains("the server is currently unable to handle the request")
+            || failed.contains("service unavailable"),
+        "{failed}"
+    );
+    let message = k.ok(&[
+        "get",
+        "apiservice",
+        "v1alpha1.wardle.example.com",
+        "-o",
+        "jsonpath={.status.conditions[?(@.type==\"Available\")].message}",
+    ]);
+    assert!(
+        message.starts_with(&format!(
+            "failing or missing response from https://{addr}/apis/wardle.example.com/v1alpha1"
+        )),
+        "{message}"
+    );
+}
