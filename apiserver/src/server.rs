@@ -630,11 +630,19 @@ pub async fn start(
         crate::aggregator::client::Client::new(&front_proxy, tasks.clone(), shutdown.clone())
             .map_err(StartError::Pki)?,
     ));
+    let (apiservices_synced, synced) = tokio::sync::oneshot::channel();
     tasks.spawn(crate::aggregator::controller::run(
         registry.clone(),
         aggregator.clone(),
         shutdown.clone(),
+        apiservices_synced,
     ));
+    if tokio::time::timeout(std::time::Duration::from_secs(10), synced)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the APIServices were not checked within 10 s; serving before they are");
+    }
     let advertised_url = format!("https://{}", SocketAddr::new(advertise, addr.port()));
     registry::publish_cluster_info(&registry, &advertised_url, &pki.ca_cert_pem)
         .await

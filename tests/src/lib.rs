@@ -7,6 +7,7 @@
 use std::process::{Command, Output};
 use std::time::Duration;
 
+pub mod https;
 pub mod in_process;
 pub mod kubectl;
 pub mod netns;

@@ -30,6 +30,19 @@ impl RudderServer {
         Self::start_command(Command::new(binary), storage_url, &[])
     }
 
+    /// The apiserver alone on `storage_url`: no controller-manager, scheduler or node agent.
+    pub fn start_apiserver_only(binary: &str, storage_url: &str) -> RudderServer {
+        Self::start_with_args(
+            binary,
+            storage_url,
+            &[
+                "--disable-controller-manager",
+                "--disable-scheduler",
+                "--disable-agent",
+            ],
+        )
+    }
+
     /// As [`RudderServer::start`], with more `rudder server` flags (`--controllers=…`, say).
     pub fn start_with_args(binary: &str, storage_url: &str, args: &[&str]) -> RudderServer {
         Self::start_command(Command::new(binary), storage_url, args)

@@ -12,19 +12,15 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine;
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
+use rudder_tests::https::{self, json_answer, Answer, ClientAuth, HttpsServer};
 use rudder_tests::{Kubectl, RudderServer};
-use rustls::pki_types::pem::PemObject;
 use serde_json::{json, Value};
-use tokio::net::TcpListener;
 
 const RUDDER: &str = env!("CARGO_BIN_EXE_rudder");
 const GROUP_VERSION: &str = "wardle.example.com/v1alpha1";
@@ -39,23 +35,15 @@ struct Wardle {
 
 type Shared = Arc<Mutex<Wardle>>;
 
-fn answer(status: u16, body: &Value) -> hyper::Response<Full<Bytes>> {
-    hyper::Response::builder()
-        .status(status)
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body.to_string())))
-        .unwrap()
-}
-
-fn not_found(what: &str) -> hyper::Response<Full<Bytes>> {
-    answer(
+fn not_found(what: &str) -> Answer {
+    json_answer(
         404,
         &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
             "message": format!("{what} not found"), "reason": "NotFound", "code": 404}),
     )
 }
 
-async fn serve(request: hyper::Request<Incoming>, state: Shared) -> hyper::Response<Full<Bytes>> {
+async fn serve(request: hyper::Request<Incoming>, state: Shared) -> Answer {
     let headers = request.headers();
     let user = headers
         .get("x-remote-user")
@@ -76,7 +64,7 @@ async fn serve(request: hyper::Request<Incoming>, state: Shared) -> hyper::Respo
     };
     let parts: Vec<&str> = rest.split('/').filter(|p| !p.is_empty()).collect();
     match (method.as_str(), parts.as_slice()) {
-        ("GET", []) => answer(
+        ("GET", []) => json_answer(
             200,
             &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": GROUP_VERSION,
                 "resources": [{"name": "flunders", "singularName": "flunder", "namespaced": true,
@@ -92,7 +80,7 @@ async fn serve(request: hyper::Request<Incoming>, state: Shared) -> hyper::Respo
                 .filter(|((ns, _), _)| ns == namespace)
                 .map(|(_, flunder)| flunder.clone())
                 .collect();
-            answer(
+            json_answer(
                 200,
                 &json!({"kind": "FlunderList", "apiVersion": GROUP_VERSION,
                     "metadata": {"resourceVersion": "1"}, "items": items}),
@@ -101,7 +89,7 @@ async fn serve(request: hyper::Request<Incoming>, state: Shared) -> hyper::Respo
         ("GET", ["namespaces", namespace, "flunders", name]) => {
             let key = (namespace.to_string(), name.to_string());
             match state.lock().unwrap().flunders.get(&key) {
-                Some(flunder) => answer(200, flunder),
+                Some(flunder) => json_answer(200, flunder),
                 None => not_found(&format!("flunders.wardle.example.com \"{name}\"")),
             }
         }
@@ -122,81 +110,23 @@ async fn serve(request: hyper::Request<Incoming>, state: Shared) -> hyper::Respo
                 .unwrap()
                 .flunders
                 .insert((namespace, name), flunder.clone());
-            answer(201, &flunder)
+            json_answer(201, &flunder)
         }
         _ => not_found(&path),
     }
 }
 
-/// The wardle server on 127.0.0.1: its serving certificate (for `api.wardle.svc`, its own
-/// CA) and a client-certificate requirement against `front_proxy_ca`, refusing any client
-/// certificate but the proxy's (`front-proxy-client`).
-async fn wardle_server(
-    front_proxy_ca: &str,
-    state: Shared,
-) -> (std::net::SocketAddr, String, tokio::task::JoinHandle<()>) {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let params = rcgen::CertificateParams::new(vec!["api.wardle.svc".to_string()]).unwrap();
-    let cert = params.self_signed(&key).unwrap();
-    let ca_pem = cert.pem();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    for der in rustls::pki_types::CertificateDer::pem_slice_iter(front_proxy_ca.as_bytes()) {
-        roots.add(der.unwrap()).unwrap();
-    }
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-        Arc::new(roots),
-        provider.clone(),
-    )
-    .build()
-    .unwrap();
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(
-            vec![cert.der().clone()],
-            rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
-        )
-        .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let task = tokio::spawn(async move {
-        let mut connections = tokio::task::JoinSet::new();
-        loop {
-            let Ok((tcp, _)) = listener.accept().await else {
-                return;
-            };
-            let acceptor = acceptor.clone();
-            let state = state.clone();
-            connections.spawn(async move {
-                let Ok(tls) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let peer = tls.get_ref().1.peer_certificates().unwrap()[0].clone();
-                let (_, parsed) = x509_parser::parse_x509_certificate(&peer).unwrap();
-                let cn = parsed
-                    .subject()
-                    .iter_common_name()
-                    .next()
-                    .and_then(|cn| cn.as_str().ok())
-                    .unwrap_or("")
-                    .to_string();
-                if cn != "front-proxy-client" {
-                    return;
-                }
-                let service = hyper::service::service_fn(move |request| {
-                    let state = state.clone();
-                    async move { Ok::<_, Infallible>(serve(request, state).await) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(tls), service)
-                    .await;
-            });
-        }
-    });
-    (addr, ca_pem, task)
+/// The wardle server: a certificate for `api.wardle.svc`, and only the proxy's client
+/// certificate (`front-proxy-client` from `front_proxy_ca`) accepted.
+async fn wardle_server(front_proxy_ca: &str, state: Shared) -> HttpsServer {
+    let client = ClientAuth {
+        ca_pem: front_proxy_ca.to_string(),
+        common_name: "front-proxy-client".to_string(),
+    };
+    https::serve("api.wardle.svc", Some(client), move |request| {
+        serve(request, state.clone())
+    })
+    .await
 }
 
 fn registration(addr: std::net::SocketAddr, ca_pem: &str) -> String {
@@ -286,15 +216,7 @@ async fn wait_available(k: &Kubectl<'_>, wanted: &str) -> String {
 async fn an_extension_apiserver_serves_its_group_through_the_aggregator() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("state.db").display());
-    let server = RudderServer::start_with_args(
-        RUDDER,
-        &url,
-        &[
-            "--disable-controller-manager",
-            "--disable-scheduler",
-            "--disable-agent",
-        ],
-    );
+    let server = RudderServer::start_apiserver_only(RUDDER, &url);
     let k = Kubectl {
         server: &server,
         version: "1.33",
@@ -339,8 +261,9 @@ async fn an_extension_apiserver_serves_its_group_through_the_aggregator() {
         "{front_proxy_ca}"
     );
     let state: Shared = Arc::default();
-    let (addr, ca_pem, task) = wardle_server(&front_proxy_ca, state.clone()).await;
-    let config = k.file("wardle.yaml", &registration(addr, &ca_pem));
+    let wardle = wardle_server(&front_proxy_ca, state.clone()).await;
+    let addr = wardle.addr;
+    let config = k.file("wardle.yaml", &registration(addr, &wardle.ca_pem));
     k.ok(&["apply", "-f", &config]);
     let row = wait_available(&k, "True").await;
     assert!(row.contains("wardle/api"), "{row}");
@@ -405,8 +328,7 @@ async fn an_extension_apiserver_serves_its_group_through_the_aggregator() {
 
     // The extension apiserver goes away: the APIService turns unavailable and its requests
     // are answered 503 by the aggregator.
-    task.abort();
-    let _ = task.await;
+    wardle.stop().await;
     let row = wait_available(&k, "False (FailedDiscoveryCheck)").await;
     assert!(row.contains("wardle/api"), "{row}");
     let failed = k.fails_ns(&["get", "flunders", "my-flunder"]);

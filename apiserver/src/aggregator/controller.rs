@@ -38,12 +38,20 @@ const MAX_DISCOVERY_BYTES: usize = 3 * 1024 * 1024;
 /// An `Available` condition: status, reason, message.
 type Availability = (&'static str, &'static str, String);
 
-/// Runs until `shutdown`.
-pub async fn run(registry: Registry, aggregator: Arc<Aggregator>, shutdown: CancellationToken) {
+/// Runs until `shutdown`; `synced` hears once the first round is done (the Local
+/// APIServices registered and every APIService's condition written), which a server waits
+/// for before it answers.
+pub async fn run(
+    registry: Registry,
+    aggregator: Arc<Aggregator>,
+    shutdown: CancellationToken,
+    synced: tokio::sync::oneshot::Sender<()>,
+) {
+    let mut synced = Some(synced);
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
-            () = follow(&registry, &aggregator) => {}
+            () = follow(&registry, &aggregator, &mut synced) => {}
         }
         tokio::select! {
             () = shutdown.cancelled() => return,
@@ -52,8 +60,8 @@ pub async fn run(registry: Registry, aggregator: Arc<Aggregator>, shutdown: Canc
     }
 }
 
-/// One list and the watch after it, until the watch ends or fails.
-async fn follow(registry: &Registry, aggregator: &Aggregator) {
+/// The APIServices in the store by name, and the revision they were read at.
+async fn listed(registry: &Registry) -> Option<(BTreeMap<String, Value>, i64)> {
     let listed = match registry
         .list(&API_SERVICES, None, &ListOptions::everything())
         .await
@@ -61,10 +69,10 @@ async fn follow(registry: &Registry, aggregator: &Aggregator) {
         Ok(listed) => listed,
         Err(error) => {
             tracing::warn!(error = %error.message, "listing APIServices");
-            return;
+            return None;
         }
     };
-    let mut services: BTreeMap<String, Value> = listed
+    let services = listed
         .items
         .into_iter()
         .map(|item| {
@@ -72,9 +80,32 @@ async fn follow(registry: &Registry, aggregator: &Aggregator) {
             (crate::json::name(&value).to_string(), value)
         })
         .collect();
-    reconcile(registry, aggregator, &services).await;
+    Some((services, listed.resource_version))
+}
+
+/// One list and the watch after it, until the watch ends or fails.
+async fn follow(
+    registry: &Registry,
+    aggregator: &Aggregator,
+    synced: &mut Option<tokio::sync::oneshot::Sender<()>>,
+) {
+    let Some((mut services, mut revision)) = listed(registry).await else {
+        return;
+    };
+    let registered = reconcile(registry, aggregator, &services).await;
+    if let Some(synced) = synced.take() {
+        // Local APIServices registered just now get their condition before the server
+        // answers.
+        if registered > 0 {
+            if let Some((again, at)) = listed(registry).await {
+                (services, revision) = (again, at);
+                reconcile(registry, aggregator, &services).await;
+            }
+        }
+        let _ = synced.send(());
+    }
     let mut options = ListOptions::everything();
-    options.resource_version = Some(listed.resource_version.to_string());
+    options.resource_version = Some(revision.to_string());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(3600);
     let mut events = match registry
         .watch(&API_SERVICES, None, &options, deadline)
@@ -115,13 +146,13 @@ async fn follow(registry: &Registry, aggregator: &Aggregator) {
 }
 
 /// Registers the Local APIServices, checks the remote ones, publishes the routes and writes
-/// the conditions that changed.
+/// the conditions that changed; returns how many Local APIServices it registered.
 async fn reconcile(
     registry: &Registry,
     aggregator: &Aggregator,
     services: &BTreeMap<String, Value>,
-) {
-    super::local::reconcile(registry, services, &registry.custom().served()).await;
+) -> usize {
+    let registered = super::local::reconcile(registry, services, &registry.custom().served()).await;
     let checks = services.values().map(|object| async move {
         match Remote::of(object) {
             None => (
@@ -155,6 +186,7 @@ async fn reconcile(
             write_status(registry, object, status).await;
         }
     }
+    registered
 }
 
 /// Checks `remote`, recording in it whether it is available and what it serves.

@@ -60,10 +60,15 @@ fn local(
 }
 
 /// Creates the wanted Local APIServices `current` lacks and deletes the CRD ones no longer
-/// wanted.
-pub async fn reconcile(registry: &Registry, current: &BTreeMap<String, Value>, custom: &Served) {
+/// wanted; returns how many it created.
+pub async fn reconcile(
+    registry: &Registry,
+    current: &BTreeMap<String, Value>,
+    custom: &Served,
+) -> usize {
     let wanted = wanted(custom);
     let write = system_write();
+    let mut created = 0;
     for object in &wanted {
         let name = crate::json::name(object);
         if current.contains_key(name) {
@@ -74,7 +79,10 @@ pub async fn reconcile(registry: &Registry, current: &BTreeMap<String, Value>, c
             duplicate_fields: Vec::new(),
         };
         match registry.create(&API_SERVICES, None, input, &write).await {
-            Ok(_) => tracing::debug!(apiservice = name, "registered a Local APIService"),
+            Ok(_) => {
+                created += 1;
+                tracing::debug!(apiservice = name, "registered a Local APIService");
+            }
             Err(error) if error.is_already_exists() => {}
             Err(error) => {
                 tracing::warn!(apiservice = name, error = %error.message, "registering a Local APIService");
@@ -96,6 +104,7 @@ pub async fn reconcile(registry: &Registry, current: &BTreeMap<String, Value>, c
             }
         }
     }
+    created
 }
 
 #[cfg(test)]

@@ -55,6 +55,12 @@ impl Strategy for CrdStrategy {
         if spec["conversion"].is_null() {
             spec["conversion"] = json!({"strategy": "None"});
         }
+        let service = spec
+            .pointer_mut("/conversion/webhook/clientConfig/service")
+            .and_then(Value::as_object_mut);
+        if let Some(service) = service {
+            service.entry("port").or_insert(json!(443));
+        }
     }
 
     fn validate(&self, object: &Value, old: Option<&Value>, errors: &mut Errs) {
@@ -239,15 +245,70 @@ fn validate_crd(object: &Value, errors: &mut Errs) {
         )),
         None => errors.push(FieldError::required("spec.scope", "")),
     }
-    let conversion = spec["conversion"]["strategy"].as_str().unwrap_or("None");
-    if conversion != "None" {
-        errors.push(FieldError::not_supported(
-            "spec.conversion.strategy",
-            conversion,
-            &["None"],
-        ));
-    }
+    validate_conversion(&spec["conversion"], errors);
     validate_versions(spec, errors);
+}
+
+/// upstream's checks of `spec.conversion`: a webhook exactly when the strategy is Webhook,
+/// with a URL or a Service to call and a ConversionReview version Rudder speaks.
+fn validate_conversion(conversion: &Value, errors: &mut Errs) {
+    let strategy = conversion["strategy"].as_str().unwrap_or("None");
+    let webhook = &conversion["webhook"];
+    match strategy {
+        "None" => {
+            if webhook.is_object() {
+                errors.push(FieldError::forbidden(
+                    "spec.conversion.webhook",
+                    "should not be set when strategy is not set to Webhook",
+                ));
+            }
+        }
+        "Webhook" => {
+            if !webhook.is_object() {
+                errors.push(FieldError::required(
+                    "spec.conversion.webhook",
+                    "required when strategy is set to Webhook",
+                ));
+                return;
+            }
+            let client = &webhook["clientConfig"];
+            let url = client["url"].as_str().filter(|u| !u.is_empty());
+            let service = client["service"].is_object();
+            if url.is_some() == service {
+                errors.push(FieldError::required(
+                    "spec.conversion.webhook.clientConfig",
+                    "exactly one of url or service is required",
+                ));
+            }
+            if let Some(url) = url {
+                if !url.starts_with("https://") {
+                    errors.push(FieldError::invalid(
+                        "spec.conversion.webhook.clientConfig.url",
+                        url,
+                        "'https' is the only allowed URL scheme",
+                    ));
+                }
+            }
+            let versions: Vec<&str> = webhook["conversionReviewVersions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            if !versions.iter().any(|v| *v == "v1" || *v == "v1beta1") {
+                errors.push(FieldError::invalid(
+                    "spec.conversion.webhook.conversionReviewVersions",
+                    json!(versions),
+                    "must include at least one of v1, v1beta1",
+                ));
+            }
+        }
+        other => errors.push(FieldError::not_supported(
+            "spec.conversion.strategy",
+            other,
+            &["None", "Webhook"],
+        )),
+    }
 }
 
 fn validate_versions(spec: &Value, errors: &mut Errs) {

@@ -15,6 +15,7 @@
 //! new one.
 
 pub mod controller;
+pub mod conversion;
 pub mod jsonpath;
 pub mod kind;
 mod resource;

@@ -32,6 +32,8 @@ pub struct CustomStrategy {
     pub(super) openapi: Value,
     /// Field selectors: the metadata fields and the version's `selectableFields`.
     pub(super) fields: &'static FieldSet,
+    /// The CRD's conversion webhook, when it has one and this is not the storage version.
+    pub(super) converter: Option<super::conversion::WebhookConverter>,
 }
 
 impl Strategy for CustomStrategy {
@@ -77,13 +79,17 @@ impl Strategy for CustomStrategy {
     }
 
     fn stored_to_api(&self, mut object: Value) -> Value {
+        if self.converter.is_some() {
+            // Converted (and then defaulted) by the webhook's caller.
+            return object;
+        }
         object["apiVersion"] = Value::from(self.api_version);
         self.default(&mut object);
         object
     }
 
     fn api_to_stored<'a>(&self, object: &'a Value) -> Cow<'a, Value> {
-        if self.api_version == self.storage_api_version {
+        if self.api_version == self.storage_api_version || self.converter.is_some() {
             return Cow::Borrowed(object);
         }
         let mut stored = object.clone();
@@ -105,6 +111,12 @@ impl Strategy for CustomStrategy {
 
     fn openapi_schema(&self) -> Option<&Value> {
         Some(&self.openapi)
+    }
+
+    fn converter(&self) -> Option<crate::kinds::Converter<'_>> {
+        self.converter
+            .as_ref()
+            .map(|converter| (converter, self.api_version, self.storage_api_version))
     }
 
     fn apply_schema(&self) -> Option<&Schema> {

@@ -114,6 +114,8 @@ fn build(spec: &Value, version: &Value) -> Result<ResourceInfo, String> {
         scale,
         openapi: schema_value,
         fields: super::selectable::field_set(version),
+        converter: super::conversion::WebhookConverter::of(spec)
+            .filter(|_| version_name != storage_version),
     };
     let printer = CustomPrinter {
         columns: printer_columns(version)?,

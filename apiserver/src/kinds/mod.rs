@@ -25,6 +25,13 @@ use crate::patch::strategic::Ty;
 use crate::selectors::FieldSet;
 use crate::validation::{Errs, NameRule};
 
+/// What [`Strategy::converter`] names: the webhook, the served and the storage apiVersion.
+pub type Converter<'a> = (
+    &'a crate::crd::conversion::WebhookConverter,
+    &'static str,
+    &'static str,
+);
+
 pub mod admissionregistration;
 pub mod apiregistration;
 pub mod apps;
@@ -154,6 +161,14 @@ pub trait Strategy: Sync {
     fn apply_schema(&self) -> Option<&crate::crd::schema::Schema> {
         None
     }
+    /// For a custom resource version other than the storage version of a CRD converting by
+    /// webhook: the webhook, this version's apiVersion and the storage version's. Its objects
+    /// are then converted on their way from and to the store (`registry::conversion`), and
+    /// [`Strategy::stored_to_api`] / [`Strategy::api_to_stored`] leave them as they are.
+    fn converter(&self) -> Option<Converter<'_>> {
+        None
+    }
+
     /// The kind's OpenAPI schema, for a kind the vendored definitions do not describe (a
     /// custom resource's `openAPIV3Schema`).
     fn openapi_schema(&self) -> Option<&Value> {

@@ -323,7 +323,7 @@ impl Registry {
     ) -> Result<ListResult> {
         let filter = Filter::new(info, options)?;
         let prefix = list_prefix(info, namespace, &filter);
-        if let Some(cache) = &self.cache {
+        if let Some(cache) = self.caches(info) {
             if let Some(wanted) = cache_read(&prefix, options)? {
                 if let Some(listed) = cache
                     .list(info, &prefix, &filter, wanted, options.limit)
@@ -390,6 +390,29 @@ impl Registry {
                 revision = response.revision;
             }
             let fetched = response.kvs.len();
+            let decode = |kv: &rudder_storage::KeyValue| {
+                reader
+                    .decode(&kv.key, &kv.value)
+                    .map(|object| {
+                        info.strategy
+                            .stored_to_api(object::with_resource_version(object, kv.mod_revision))
+                    })
+                    .map_err(|error| {
+                        ApiError::internal(format!("reading a stored object: {error}"))
+                    })
+            };
+            // A webhook-converted version's page is converted in one review.
+            let mut converted = match info.strategy.converter() {
+                Some(_) => {
+                    let stored = response
+                        .kvs
+                        .iter()
+                        .map(decode)
+                        .collect::<Result<Vec<_>>>()?;
+                    Some(self.served_forms(info, stored).await?.into_iter())
+                }
+                None => None,
+            };
             for (index, kv) in response.kvs.into_iter().enumerate() {
                 if limit.is_some_and(|limit| items.len() as i64 >= limit) {
                     continue_from = Some(kv.key.clone());
@@ -398,15 +421,10 @@ impl Registry {
                     }
                     break;
                 }
-                let object = reader
-                    .decode(&kv.key, &kv.value)
-                    .map(|object| {
-                        info.strategy
-                            .stored_to_api(object::with_resource_version(object, kv.mod_revision))
-                    })
-                    .map_err(|error| {
-                        ApiError::internal(format!("reading a stored object: {error}"))
-                    })?;
+                let object = match converted.as_mut().and_then(Iterator::next) {
+                    Some(object) => object,
+                    None => decode(&kv)?,
+                };
                 if filter.matches(&object) {
                     items.push(Listed::new(object));
                 }

@@ -14,6 +14,7 @@
 mod allocator;
 mod cache;
 pub mod cluster_info;
+mod conversion;
 mod decoded;
 pub mod eviction;
 mod keys;

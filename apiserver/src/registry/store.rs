@@ -100,6 +100,7 @@ impl Registry {
                     .stored_to_api(object::with_resource_version(object, kv.mod_revision))
             })
             .map_err(|error| ApiError::internal(format!("reading the stored object: {error}")))?;
+        let object = self.served_form(info, object).await?;
         Ok(Some(Stored {
             object,
             mod_revision: kv.mod_revision,
@@ -135,7 +136,7 @@ impl Registry {
             Some(version) => version.parse::<i64>().ok().filter(|v| *v > 0),
             None => None,
         };
-        if let (Some(minimum), Some(cache)) = (minimum, &self.cache) {
+        if let (Some(minimum), Some(cache)) = (minimum, self.caches(info)) {
             let key = object_key(info, namespace, name);
             if let Some(found) = cache.get(info, &key, minimum).await {
                 return found
@@ -207,8 +208,11 @@ impl Registry {
             }
             let name = object::name(&object).to_string();
             let key = object_key(info, namespace, &name);
-            let checked = storable::check_key(info, &key, &name)
-                .and_then(|()| storable::encode(&self.values, info, &key, &object));
+            let checked = match self.storage_form(info, &object).await {
+                Ok(stored) => storable::check_key(info, &key, &name)
+                    .and_then(|()| storable::encode(&self.values, info, &key, &stored)),
+                Err(error) => Err(error),
+            };
             let value = match checked {
                 Ok(value) => value,
                 Err(error) => {
@@ -339,7 +343,8 @@ impl Registry {
                 );
             }
             let key = object_key(info, namespace, name);
-            let value = storable::encode(&self.values, info, &key, &object)?;
+            let stored = self.storage_form(info, &object).await?;
+            let value = storable::encode(&self.values, info, &key, &stored)?;
             if write.dry_run {
                 return Ok(Written {
                     object: object::with_resource_version(object, revision),
@@ -434,11 +439,12 @@ impl Registry {
                         finished: false,
                     });
                 }
+                let stored = self.storage_form(info, &marked).await?;
                 match self
                     .storage
                     .update(
                         &key,
-                        &storable::encode(&self.values, info, &key, &marked)?,
+                        &storable::encode(&self.values, info, &key, &stored)?,
                         revision,
                         0,
                     )

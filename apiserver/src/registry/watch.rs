@@ -67,7 +67,7 @@ pub struct WatchEvent {
 }
 
 impl WatchEvent {
-    fn new(kind: WatchEventKind, object: Value) -> Self {
+    pub(super) fn new(kind: WatchEventKind, object: Value) -> Self {
         Self {
             kind,
             object: Arc::new(Object::plain(object)),
@@ -230,7 +230,7 @@ impl Registry {
                 ))
             })?,
         };
-        if let Some(cache) = &self.cache {
+        if let Some(cache) = self.caches(info) {
             let start = if replay {
                 Start::Replay(match options.resource_version.as_deref() {
                     None | Some("") => Wanted::Consistent,
@@ -343,6 +343,10 @@ impl Registry {
                                 last_revision = last_revision.max(event.kv.mod_revision);
                                 let cost = event.kv.value.len();
                                 if let Some(out) = translate(&filter, &reader, &registry.decoded, event) {
+                                    let out = match registry.served_event(info, out).await {
+                                        Ok(out) => out,
+                                        Err(error) => return outbox.send_measured(WatchEvent::error(&error)).await,
+                                    };
                                     outbox.send(out, cost).await?;
                                 }
                             }

@@ -57,6 +57,34 @@ impl Target {
     }
 }
 
+/// Where a webhook's `clientConfig` sends calls: its `url`, or a ready endpoint of its
+/// `service` (read through `reader`), verified as `<service>.<namespace>.svc`.
+pub async fn target_of(
+    reader: &crate::registry::Registry,
+    client_config: &Value,
+) -> Result<Target, String> {
+    if let Some(url) = client_config["url"].as_str() {
+        return Target::of_url(url);
+    }
+    let service = &client_config["service"];
+    let namespace = service["namespace"].as_str().unwrap_or("");
+    let name = service["name"].as_str().unwrap_or("");
+    let port = service["port"].as_i64().unwrap_or(443);
+    let path = service["path"].as_str().unwrap_or("/");
+    let url = format!("https://{name}.{namespace}.svc:{port}{path}");
+    let endpoint = crate::service_endpoint::resolve(reader, namespace, name, port)
+        .await
+        .map_err(|_| {
+            format!("Post \"{url}\": service \"{namespace}/{name}\" has no ready endpoint")
+        })?;
+    Ok(Target {
+        authority: endpoint,
+        server_name: format!("{name}.{namespace}.svc"),
+        path: path.to_string(),
+        url,
+    })
+}
+
 fn connector(ca_bundle: Option<&str>) -> Result<TlsConnector, String> {
     let roots = crate::aggregator::client::roots(ca_bundle)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());

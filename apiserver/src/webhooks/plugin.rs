@@ -20,7 +20,7 @@ use tracing::Instrument;
 
 use rudder_admission::{Attributes, Denied, Mutating, Operation, Validating};
 
-use super::call::{post, Target};
+use super::call::post;
 use super::cel::{Expression, Scope};
 use super::matching::{self, operation_name};
 use crate::kinds::admissionregistration::{
@@ -162,29 +162,6 @@ impl Webhooks {
         Ok(true)
     }
 
-    async fn target(&self, client_config: &Value) -> Result<Target, String> {
-        if let Some(url) = client_config["url"].as_str() {
-            return Target::of_url(url);
-        }
-        let service = &client_config["service"];
-        let namespace = service["namespace"].as_str().unwrap_or("");
-        let name = service["name"].as_str().unwrap_or("");
-        let port = service["port"].as_i64().unwrap_or(443);
-        let path = service["path"].as_str().unwrap_or("/");
-        let url = format!("https://{name}.{namespace}.svc:{port}{path}");
-        let endpoint = crate::service_endpoint::resolve(&self.reader, namespace, name, port)
-            .await
-            .map_err(|_| {
-                format!("Post \"{url}\": service \"{namespace}/{name}\" has no ready endpoint")
-            })?;
-        Ok(Target {
-            authority: endpoint,
-            server_name: format!("{name}.{namespace}.svc"),
-            path: path.to_string(),
-            url,
-        })
-    }
-
     /// Calls one webhook. `Err` is a call that failed (judged by the failure policy).
     async fn call(&self, webhook: &Value, request: &Request<'_>) -> Result<Answer, String> {
         let name = webhook["name"].as_str().unwrap_or("");
@@ -194,7 +171,7 @@ impl Webhooks {
             "kind": "AdmissionReview",
             "request": review_request(request, &uid),
         });
-        let target = self.target(&webhook["clientConfig"]).await?;
+        let target = super::call::target_of(&self.reader, &webhook["clientConfig"]).await?;
         let timeout = Duration::from_secs(webhook["timeoutSeconds"].as_u64().unwrap_or(10));
         let ca_bundle = webhook["clientConfig"]["caBundle"].as_str();
         let answer = post(&target, ca_bundle, &review, timeout)
