@@ -149,6 +149,21 @@ pub struct ServerArgs {
     /// (apiserver_storage_objects); 0 turns the counting off.
     #[arg(long, default_value = "1m", value_parser = parse_interval)]
     etcd_count_metric_poll_period: std::time::Duration,
+    /// The CA (PEM) of authenticating proxies' client certificates, published to extension
+    /// apiservers (default: the cluster's own front-proxy CA). Goes with the two
+    /// `--proxy-client-*` files.
+    #[arg(long)]
+    requestheader_client_ca_file: Option<PathBuf>,
+    /// Common names a proxy's certificate may have (comma-separated; empty: any). Default:
+    /// `front-proxy-client` with the cluster's own CA, any with a given one.
+    #[arg(long, value_delimiter = ',')]
+    requestheader_allowed_names: Option<Vec<String>>,
+    /// The client certificate (PEM) this server presents to extension apiservers.
+    #[arg(long)]
+    proxy_client_cert_file: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long)]
+    proxy_client_key_file: Option<PathBuf>,
     /// OpenTelemetry tracing: a TracingConfiguration (apiserver.config.k8s.io/v1beta1 or v1)
     /// with the collector's OTLP/gRPC `endpoint` and `samplingRatePerMillion`; requests whose
     /// client sends a sampled W3C `traceparent` are traced whatever the rate.
@@ -322,6 +337,12 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
         kms_status_interval: args.kms_status_interval,
         watch_cache: args.watch_cache,
         count_metric_poll_period: args.etcd_count_metric_poll_period,
+        front_proxy: rudder_apiserver::server::FrontProxyFiles {
+            requestheader_client_ca_file: args.requestheader_client_ca_file,
+            requestheader_allowed_names: args.requestheader_allowed_names,
+            proxy_client_cert_file: args.proxy_client_cert_file,
+            proxy_client_key_file: args.proxy_client_key_file,
+        },
     };
     let running =
         match rudder_apiserver::server::start(config, store.clone(), shutdown.clone()).await {

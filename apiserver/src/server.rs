@@ -19,6 +19,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::authn::request_header::{RequestHeader, RequestHeaderConfig};
 use crate::authn::service_account::{ServiceAccountTokens, TokenSigner as ServiceAccountSigner};
 use crate::authn::{Authenticator, AuthnError, TokenFile};
 use crate::authz::{self, Authorizer};
@@ -26,6 +27,7 @@ use crate::error::ApiError;
 use crate::http::{router, AppState, Metrics};
 use crate::limits::Limits;
 use crate::pki::cluster::{self, ClusterError};
+use crate::pki::front_proxy::FrontProxy;
 use crate::pki::{self, Pki, PkiError};
 use crate::registry::{self, Allocators, Cidr, Registry};
 use crate::values::encryption::kms::{KmsContext, KmsMetrics, StatusIntervals};
@@ -78,6 +80,8 @@ pub struct Config {
     /// How often the objects of each resource in the store are counted for
     /// `apiserver_storage_objects` (`--etcd-count-metric-poll-period`); zero: never.
     pub count_metric_poll_period: Duration,
+    /// The front proxy's identity (aggregated APIs) and who may act as one.
+    pub front_proxy: FrontProxyFiles,
 }
 
 /// The controller-manager's user (its certificate's CN), bound to the role of that name.
@@ -119,6 +123,7 @@ impl Config {
             kms_status_interval: None,
             watch_cache: true,
             count_metric_poll_period: registry::DEFAULT_COUNT_PERIOD,
+            front_proxy: FrontProxyFiles::default(),
         }
     }
 }
@@ -154,6 +159,60 @@ pub enum StartError {
     Policy(#[source] rudder_storage::Error),
     #[error("writing the admin kubeconfig: {0}")]
     Kubeconfig(#[source] PkiError),
+    #[error("the front proxy (--requestheader-client-ca-file, --proxy-client-*): {0}")]
+    FrontProxy(String),
+}
+
+/// Where the front proxy's identity comes from (upstream's `--requestheader-client-ca-file`,
+/// `--requestheader-allowed-names`, `--proxy-client-cert-file`, `--proxy-client-key-file`).
+/// Unset, the cluster's own front-proxy CA (shared through the store) and a client
+/// certificate from it, with `front-proxy-client` the allowed name.
+#[derive(Clone, Debug, Default)]
+pub struct FrontProxyFiles {
+    pub requestheader_client_ca_file: Option<PathBuf>,
+    /// Common names allowed to act as a proxy; `None`: `front-proxy-client` with the
+    /// cluster's own CA, any with a given one (upstream's default).
+    pub requestheader_allowed_names: Option<Vec<String>>,
+    pub proxy_client_cert_file: Option<PathBuf>,
+    pub proxy_client_key_file: Option<PathBuf>,
+}
+
+/// The front proxy's identity and the request-header settings it implies.
+async fn front_proxy(
+    config: &Config,
+    storage: &dyn Storage,
+    token: &str,
+    pki_dir: &std::path::Path,
+) -> Result<(FrontProxy, RequestHeaderConfig), StartError> {
+    let files = &config.front_proxy;
+    let given = (
+        &files.requestheader_client_ca_file,
+        &files.proxy_client_cert_file,
+        &files.proxy_client_key_file,
+    );
+    let (identity, default_names) = match given {
+        (None, None, None) => (
+            crate::pki::front_proxy::share_and_load(storage, token, pki_dir)
+                .await
+                .map_err(StartError::Cluster)?,
+            vec![crate::pki::front_proxy::CLIENT_NAME.to_string()],
+        ),
+        (Some(ca), Some(cert), Some(key)) => (
+            FrontProxy::from_files(ca, cert, key).map_err(StartError::Pki)?,
+            Vec::new(),
+        ),
+        _ => {
+            return Err(StartError::FrontProxy(
+                "--requestheader-client-ca-file, --proxy-client-cert-file and --proxy-client-key-file go together".into(),
+            ))
+        }
+    };
+    let names = files
+        .requestheader_allowed_names
+        .clone()
+        .unwrap_or(default_names);
+    let request_header = RequestHeaderConfig::x_remote(identity.ca_cert_pem.clone(), names);
+    Ok((identity, request_header))
 }
 
 /// Why a running apiserver stopped other than by its shutdown token.
@@ -514,10 +573,11 @@ pub async fn start(
     );
     let first_service_ip = allocators.first_service_ip();
     let (pki, joined, token) = cluster_pki(&config, storage.as_ref(), first_service_ip).await?;
-    let front_proxy = crate::pki::front_proxy::share_and_load(storage.as_ref(), &token, &pki.dir)
-        .await
-        .map_err(StartError::Cluster)?;
-    let tls = pki.server_config().map_err(StartError::Pki)?;
+    let (front_proxy, request_header) =
+        front_proxy(&config, storage.as_ref(), &token, &pki.dir).await?;
+    let tls = pki
+        .server_config_with_client_cas(&[&request_header.client_ca_pem])
+        .map_err(StartError::Pki)?;
     let tokens = match &config.token_auth_file {
         Some(path) => Some(TokenFile::load(path).map_err(StartError::TokenFile)?),
         None => None,
@@ -619,13 +679,9 @@ pub async fn start(
         tracing::warn!("the CustomResourceDefinitions in the store were not served within 30 s; serving without them until they are");
     }
     registry::spawn_object_counter(&registry, config.count_metric_poll_period);
-    crate::aggregator::authentication_config::publish(
-        &registry,
-        &pki.ca_cert_pem,
-        &front_proxy.ca_cert_pem,
-    )
-    .await
-    .map_err(StartError::Bootstrap)?;
+    crate::aggregator::authentication_config::publish(&registry, &pki.ca_cert_pem, &request_header)
+        .await
+        .map_err(StartError::Bootstrap)?;
     let aggregator = Arc::new(crate::aggregator::Aggregator::new(
         crate::aggregator::client::Client::new(&front_proxy, tasks.clone(), shutdown.clone())
             .map_err(StartError::Pki)?,
@@ -654,7 +710,12 @@ pub async fn start(
             .with_source(Arc::new(
                 crate::authn::bootstrap_token::BootstrapTokens::new(unadmitted_reader),
             ))
-            .with_anonymous(config.anonymous_auth),
+            .with_anonymous(config.anonymous_auth)
+            .with_request_header(
+                RequestHeader::new(request_header.clone()).map_err(StartError::FrontProxy)?,
+                &pki.ca_cert_pem,
+            )
+            .map_err(StartError::FrontProxy)?,
         authorizer,
         SocketAddr::new(advertise, addr.port()).to_string(),
         &limits,

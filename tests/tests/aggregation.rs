@@ -351,3 +351,78 @@ async fn an_extension_apiserver_serves_its_group_through_the_aggregator() {
         "{message}"
     );
 }
+
+/// A kube-rs client of `server` presenting the client certificate in `cert`/`key` (files) and
+/// sending `headers` with every request.
+async fn client_with(
+    server: &RudderServer,
+    cert: &std::path::Path,
+    key: &std::path::Path,
+    headers: &[(&'static str, &'static str)],
+) -> kube::Client {
+    let mut kubeconfig = kube::config::Kubeconfig::read_from(server.kubeconfig()).unwrap();
+    for named in &mut kubeconfig.auth_infos {
+        let auth = named.auth_info.as_mut().unwrap();
+        auth.client_certificate_data = None;
+        auth.client_key_data = None;
+        auth.client_certificate = Some(cert.display().to_string());
+        auth.client_key = Some(key.display().to_string());
+    }
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    config.default_retry = false;
+    for (name, value) in headers {
+        config.headers.push((
+            http::HeaderName::from_static(name),
+            http::HeaderValue::from_static(value),
+        ));
+    }
+    kube::Client::try_from(config).unwrap()
+}
+
+/// Who the server takes the client for (SelfSubjectReview, as `kubectl auth whoami`).
+async fn whoami(client: kube::Client) -> Result<(String, Vec<String>), kube::Error> {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let reviews: kube::Api<SelfSubjectReview> = kube::Api::all(client);
+    let review = reviews
+        .create(&Default::default(), &SelfSubjectReview::default())
+        .await?;
+    let user = review.status.unwrap().user_info.unwrap();
+    Ok((user.username.unwrap(), user.groups.unwrap_or_default()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_authenticating_proxy_names_the_user_in_headers() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("state.db").display());
+    let server = RudderServer::start_apiserver_only(RUDDER, &url);
+    let pki = server.data_dir().join("pki");
+    let (proxy_cert, proxy_key) = (
+        pki.join("front-proxy-client.crt"),
+        pki.join("front-proxy-client.key"),
+    );
+    let proxy = |headers| client_with(&server, &proxy_cert, &proxy_key, headers);
+    // The front proxy's certificate with X-Remote-*: the user the headers name.
+    let named = proxy(&[("x-remote-user", "alice"), ("x-remote-group", "dev")]).await;
+    let (user, groups) = whoami(named).await.unwrap();
+    assert_eq!(user, "alice");
+    assert!(
+        groups.contains(&"dev".to_string()) && groups.contains(&"system:authenticated".to_string()),
+        "{groups:?}"
+    );
+    // Its certificate alone is nobody: the front-proxy CA does not issue users.
+    match whoami(proxy(&[]).await).await {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 401, "{status:?}"),
+        other => panic!("not a 401: {other:?}"),
+    }
+    // A user's certificate (the cluster CA's) is that user, whatever headers it sends.
+    let admin = client_with(
+        &server,
+        &pki.join("admin.crt"),
+        &pki.join("admin.key"),
+        &[("x-remote-user", "mallory")],
+    )
+    .await;
+    assert_eq!(whoami(admin).await.unwrap().0, "admin");
+}

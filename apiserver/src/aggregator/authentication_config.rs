@@ -7,25 +7,25 @@
 
 use serde_json::{json, Value};
 
+use crate::authn::request_header::RequestHeaderConfig;
 use crate::catalog;
 use crate::error::{ApiError, Result};
-use crate::pki::front_proxy::CLIENT_NAME;
 use crate::registry::{system_write, Input, Registry};
 
 pub const NAMESPACE: &str = "kube-system";
 pub const NAME: &str = "extension-apiserver-authentication";
 
-/// The ConfigMap's data for the cluster CA and the front-proxy CA (PEM).
-pub fn data(client_ca_pem: &str, front_proxy_ca_pem: &str) -> Value {
-    let list = |item: &str| json!([item]).to_string();
+/// The ConfigMap's data for the cluster CA (PEM) and the request-header settings.
+pub fn data(client_ca_pem: &str, request_header: &RequestHeaderConfig) -> Value {
+    let list = |items: &[String]| json!(items).to_string();
     json!({
         "client-ca-file": client_ca_pem,
-        "requestheader-client-ca-file": front_proxy_ca_pem,
-        "requestheader-allowed-names": list(CLIENT_NAME),
-        "requestheader-username-headers": list("X-Remote-User"),
-        "requestheader-uid-headers": list("X-Remote-Uid"),
-        "requestheader-group-headers": list("X-Remote-Group"),
-        "requestheader-extra-headers-prefix": list("X-Remote-Extra-"),
+        "requestheader-client-ca-file": request_header.client_ca_pem,
+        "requestheader-allowed-names": list(&request_header.allowed_names),
+        "requestheader-username-headers": list(&request_header.username_headers),
+        "requestheader-uid-headers": list(&request_header.uid_headers),
+        "requestheader-group-headers": list(&request_header.group_headers),
+        "requestheader-extra-headers-prefix": list(&request_header.extra_headers_prefix),
     })
 }
 
@@ -33,11 +33,11 @@ pub fn data(client_ca_pem: &str, front_proxy_ca_pem: &str) -> Value {
 pub async fn publish(
     registry: &Registry,
     client_ca_pem: &str,
-    front_proxy_ca_pem: &str,
+    request_header: &RequestHeaderConfig,
 ) -> Result<()> {
     let maps = catalog::find("", "v1", "configmaps")
         .ok_or_else(|| ApiError::internal("the catalog lacks configmaps"))?;
-    let wanted = data(client_ca_pem, front_proxy_ca_pem);
+    let wanted = data(client_ca_pem, request_header);
     let write = system_write();
     let stored = match registry.get(maps, Some(NAMESPACE), NAME).await {
         Ok(object) => Some(object),
@@ -78,7 +78,11 @@ mod tests {
 
     #[test]
     fn the_header_settings_are_json_lists_as_upstreams() {
-        let data = data("client", "proxy");
+        let config = RequestHeaderConfig::x_remote(
+            "proxy".into(),
+            vec![crate::pki::front_proxy::CLIENT_NAME.into()],
+        );
+        let data = data("client", &config);
         assert_eq!(data["requestheader-client-ca-file"], "proxy");
         assert_eq!(
             data["requestheader-allowed-names"],

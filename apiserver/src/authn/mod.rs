@@ -5,6 +5,7 @@
 
 pub mod bootstrap_token;
 pub mod impersonation;
+pub mod request_header;
 pub mod service_account;
 pub mod token_file;
 pub mod x509;
@@ -86,6 +87,11 @@ pub struct Authenticator {
     sources: Vec<std::sync::Arc<dyn TokenSource>>,
     /// Requests without credentials run as `system:anonymous` (else they are 401).
     anonymous: bool,
+    /// Authenticating proxies (`--requestheader-*`), tried before client certificates.
+    request_header: Option<request_header::RequestHeader>,
+    /// The CA user certificates must chain to, when the TLS layer also accepts another (the
+    /// request-header CA); unset, the TLS layer's verification is all.
+    client_ca: Option<std::sync::Arc<dyn rustls::server::danger::ClientCertVerifier>>,
 }
 
 impl Authenticator {
@@ -96,7 +102,35 @@ impl Authenticator {
             tokens,
             sources: Vec::new(),
             anonymous: true,
+            request_header: None,
+            client_ca: None,
         }
+    }
+
+    /// Also accepts requests from authenticating proxies; user certificates must then chain
+    /// to `client_ca_pem` (the cluster CA), since the TLS layer accepts the proxies' CA too.
+    pub fn with_request_header(
+        mut self,
+        request_header: request_header::RequestHeader,
+        client_ca_pem: &str,
+    ) -> Result<Self, String> {
+        self.client_ca = Some(request_header::verifier_of(client_ca_pem)?);
+        self.request_header = Some(request_header);
+        Ok(self)
+    }
+
+    /// The user an authenticating proxy names in `headers`, when `chain` is an allowed
+    /// proxy's and it names one.
+    pub fn authenticate_proxied(
+        &self,
+        chain: Option<&[CertificateDer<'static>]>,
+        headers: &http::HeaderMap,
+    ) -> Option<UserInfo> {
+        let user = self
+            .request_header
+            .as_ref()?
+            .authenticate(chain?, headers)?;
+        Some(with_authenticated_group(user))
     }
 
     /// Also accepts the bearer tokens `source` vouches for (after the static file).
@@ -137,7 +171,14 @@ impl Authenticator {
         peer_certs: Option<&[CertificateDer<'static>]>,
         authorization_header: Option<&str>,
     ) -> Result<Option<UserInfo>, AuthnError> {
-        if let Some(chain) = peer_certs {
+        if let Some(chain) = peer_certs.filter(|chain| !chain.is_empty()) {
+            if let Some(client_ca) = &self.client_ca {
+                if !request_header::chains_to(client_ca.as_ref(), chain) {
+                    return Err(AuthnError::InvalidCertificate(
+                        "x509: certificate signed by unknown authority".into(),
+                    ));
+                }
+            }
             if let Some(user) = x509::user_from_chain(chain)? {
                 return Ok(Some(with_authenticated_group(user)));
             }

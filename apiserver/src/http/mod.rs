@@ -206,14 +206,20 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
         .get(http::header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
         .map(str::to_string);
-    let user = state
+    let chain = certificates.as_deref().map(Vec::as_slice);
+    let user = match state
         .authenticator
-        .authenticate(
-            certificates.as_deref().map(Vec::as_slice),
-            authorization.as_deref(),
-        )
-        .instrument(tracing::debug_span!("authentication"))
-        .await;
+        .authenticate_proxied(chain, request.headers())
+    {
+        Some(user) => Ok(Some(user)),
+        None => {
+            state
+                .authenticator
+                .authenticate(chain, authorization.as_deref())
+                .instrument(tracing::debug_span!("authentication"))
+                .await
+        }
+    };
     let requester = match user {
         Ok(Some(user)) => user,
         Ok(None) if state.authenticator.allows_anonymous() => UserInfo::anonymous(),

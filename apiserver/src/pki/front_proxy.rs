@@ -84,6 +84,23 @@ impl SharedCa {
     }
 }
 
+impl FrontProxy {
+    /// The identity given by files (`--requestheader-client-ca-file`,
+    /// `--proxy-client-cert-file`, `--proxy-client-key-file`), as a cluster with its own PKI
+    /// has them.
+    pub fn from_files(ca: &Path, cert: &Path, key: &Path) -> Result<Self, PkiError> {
+        let read = |path: &Path| {
+            read_optional(path)?
+                .ok_or_else(|| PkiError::Invalid(format!("{}: not found", path.display())))
+        };
+        Ok(Self {
+            ca_cert_pem: read(ca)?,
+            client_cert_pem: read(cert)?,
+            client_key_pem: read(key)?,
+        })
+    }
+}
+
 /// Makes `pki_dir` hold the cluster's front-proxy CA (the store's, else this server's own,
 /// published for the next) and this server's client certificate from it.
 pub async fn share_and_load(

@@ -222,11 +222,22 @@ impl Pki {
     /// http/1.1, and accepting (but not requiring) client certificates issued by the CA.
     /// Uses the ring provider explicitly; no process-wide default is needed.
     pub fn server_config(&self) -> Result<Arc<ServerConfig>, PkiError> {
+        self.server_config_with_client_cas(&[])
+    }
+
+    /// [`Pki::server_config`], also accepting client certificates of the CAs in `extra`
+    /// (the request-header CA: authentication tells the two apart).
+    pub fn server_config_with_client_cas(
+        &self,
+        extra: &[&str],
+    ) -> Result<Arc<ServerConfig>, PkiError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(self.ca_cert_pem.as_bytes()) {
-            let cert = cert.map_err(|e| PkiError::Invalid(format!("CA PEM: {e}")))?;
-            roots.add(cert)?;
+        for pem in std::iter::once(self.ca_cert_pem.as_str()).chain(extra.iter().copied()) {
+            for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+                let cert = cert.map_err(|e| PkiError::Invalid(format!("CA PEM: {e}")))?;
+                roots.add(cert)?;
+            }
         }
         let verifier =
             WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
