@@ -17,6 +17,7 @@ mod limit_ranger;
 mod namespace_lifecycle;
 mod pod_plugins;
 mod pod_security;
+mod runtime_class;
 
 pub use default_class::{default_of, DefaultClass};
 pub use in_use_protection::StorageObjectInUseProtection;
@@ -26,6 +27,7 @@ pub use pod_plugins::{
     DefaultTolerationSeconds, ObjectReader, Priority, ServiceAccount, SYSTEM_PRIORITY_CLASSES,
 };
 pub use pod_security::{Level, Modes, PodSecurity};
+pub use runtime_class::RuntimeClass;
 
 use async_trait::async_trait;
 use serde_json::Value;

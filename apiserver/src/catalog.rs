@@ -317,6 +317,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
     volumes::STORAGE_CLASSES,
     // scheduling.k8s.io/v1
     scheduling::PRIORITY_CLASSES,
+    // node.k8s.io/v1
+    crate::kinds::runtime_class::RUNTIME_CLASSES,
     // certificates.k8s.io/v1
     certificates::CERTIFICATE_SIGNING_REQUESTS,
     // apiextensions.k8s.io/v1

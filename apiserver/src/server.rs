@@ -629,12 +629,14 @@ pub async fn start(
         .with_mutating(ServiceAccount)
         .with_mutating(Priority::new(namespaces.clone()))
         .with_mutating(DefaultTolerationSeconds)
+        .with_mutating(rudder_admission::RuntimeClass::new(namespaces.clone()))
         .with_mutating(rudder_admission::DefaultClass::storage(namespaces.clone()))
         .with_mutating(rudder_admission::DefaultClass::ingress(namespaces.clone()))
         .with_mutating(rudder_admission::StorageObjectInUseProtection)
         .with_validating(NamespaceLifecycle::new(namespaces.clone()))
         .with_validating(rudder_admission::LimitRanger::new(namespaces.clone()))
-        .with_validating(rudder_admission::PodSecurity::new(namespaces));
+        .with_validating(rudder_admission::PodSecurity::new(namespaces.clone()))
+        .with_validating(rudder_admission::RuntimeClass::new(namespaces));
     if config.authorization_modes.contains(&authz::Mode::Node) {
         admission = admission.with_validating(authz::node::restriction::NodeRestriction);
     }

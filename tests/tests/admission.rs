@@ -550,3 +550,67 @@ async fn quota_holds_across_servers(url: String) {
 rudder_tests::on_every_driver!(quota_holds_across_servers;
     a_quota_holds_across_two_servers_on_postgres => postgres,
     a_quota_holds_across_two_servers_on_etcd => etcd);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runtime_classes_give_pods_overhead_placement_and_tolerations() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(&dir);
+    let k = Kubectl {
+        server: &server,
+        version: "1.33",
+        namespace: "default".into(),
+    };
+    let class = k.file(
+        "gvisor.yaml",
+        "apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: gvisor}
+handler: runsc
+overhead: {podFixed: {cpu: 250m, memory: 120Mi}}
+scheduling:
+  nodeSelector: {sandbox: gvisor}
+  tolerations: [{key: sandbox, operator: Exists, effect: NoSchedule}]
+",
+    );
+    k.ok(&["apply", "-f", &class]);
+    let listed = k.ok(&["get", "runtimeclasses"]);
+    assert!(
+        listed.contains("HANDLER") && listed.contains("runsc"),
+        "{listed}"
+    );
+    let pod = k.file(
+        "sandboxed.yaml",
+        "apiVersion: v1
+kind: Pod
+metadata: {name: sandboxed}
+spec:
+  runtimeClassName: gvisor
+  containers: [{name: c, image: localhost/busybox:1.36}]
+",
+    );
+    k.ok_ns(&["create", "-f", &pod]);
+    assert_eq!(
+        k.jsonpath("pod", "sandboxed", "{.spec.overhead.cpu} {.spec.nodeSelector.sandbox} {.spec.tolerations[?(@.key==\"sandbox\")].operator}"),
+        "250m gvisor Exists"
+    );
+    let missing = k.fails_ns(&[
+        "run",
+        "nowhere",
+        "--image=localhost/busybox:1.36",
+        "--overrides={\"spec\":{\"runtimeClassName\":\"kata\"}}",
+    ]);
+    assert!(
+        missing.contains("pod rejected: RuntimeClass \"kata\" not found"),
+        "{missing}"
+    );
+    let conflicting = k.fails_ns(&[
+        "run",
+        "elsewhere",
+        "--image=localhost/busybox:1.36",
+        "--overrides={\"spec\":{\"runtimeClassName\":\"gvisor\",\"nodeSelector\":{\"sandbox\":\"kata\"}}}",
+    ]);
+    assert!(
+        conflicting.contains("conflict: runtimeClass.scheduling.nodeSelector[sandbox] = gvisor"),
+        "{conflicting}"
+    );
+}

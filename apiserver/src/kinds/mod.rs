@@ -51,6 +51,7 @@ pub mod policy;
 pub mod quota;
 pub mod rbac;
 pub mod replication_controller;
+pub mod runtime_class;
 pub mod scheduling;
 pub mod service;
 pub mod volumes;
