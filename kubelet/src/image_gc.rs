@@ -293,7 +293,7 @@ mod tests {
         // The sandbox image: containerd 1.6 does not report it pinned, the kubelet pins it.
         runtime.add_image_of_size(crate::containerd::PAUSE_IMAGE, 700);
         let sandbox = runtime
-            .run_pod_sandbox(&api::PodSandboxConfig::default())
+            .run_pod_sandbox(&api::PodSandboxConfig::default(), "")
             .await
             .unwrap();
         let config = api::ContainerConfig {

@@ -651,6 +651,46 @@ spec:
         remaining <= 2,
         "containers left after deleting the pods: {remaining}"
     );
+
+    // A RuntimeClass's handler reaches containerd: `runc` (its configured runtime) runs the
+    // pod; a handler containerd lacks fails the sandbox, with the runtime's reason.
+    let classes = kubectl.file(
+        "runtimeclasses.yaml",
+        "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: plain}\nhandler: runc\n---\napiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: missing}\nhandler: nope\n",
+    );
+    kubectl.ok(&["apply", "-f", &classes]);
+    for (pod, class) in [("classed", "plain"), ("unrunnable", "missing")] {
+        kubectl.ok(&[
+            "run",
+            pod,
+            &format!("--image={IMAGE}"),
+            &format!("--overrides={{\"spec\":{{\"runtimeClassName\":\"{class}\"}}}}"),
+            "--",
+            "sleep",
+            "3600",
+        ]);
+    }
+    until("the classed pod runs", 60, || {
+        kubectl.jsonpath("pod", "classed", "{.status.phase}") == "Running"
+    })
+    .await;
+    until("the unrunnable pod's sandbox fails", 60, || {
+        let events = kubectl.ok(&[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=unrunnable,reason=FailedCreatePodSandBox",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ]);
+        events.contains("nope")
+    })
+    .await;
+    assert_ne!(
+        kubectl.jsonpath("pod", "unrunnable", "{.status.phase}"),
+        "Running"
+    );
+    kubectl.ok(&["delete", "pod", "classed", "unrunnable", "--wait=false"]);
 }
 
 /// Runs kubectl in a pseudo-terminal, types into it, and returns what the terminal showed.

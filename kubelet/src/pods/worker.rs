@@ -419,7 +419,8 @@ impl Worker {
             let _ = self.ctx.runtime.remove_pod_sandbox(&old.id).await;
         }
         let config = spec::sandbox_config(&self.ctx.settings, pod, attempt);
-        let id = self.ctx.runtime.run_pod_sandbox(&config).await?;
+        let handler = runtime_handler(&self.ctx.client, pod).await?;
+        let id = self.ctx.runtime.run_pod_sandbox(&config, &handler).await?;
         let status = self.ctx.runtime.pod_sandbox_status(&id).await?;
         let mut ip = status.network.map(|n| n.ip).unwrap_or_default();
         if ip.is_empty() && spec::host_network(pod) {
@@ -1216,4 +1217,30 @@ fn without_times(status: &PodStatus) -> PodStatus {
         condition.last_probe_time = None;
     }
     status
+}
+
+/// The CRI runtime handler of the pod's RuntimeClass (`""` without one), as upstream's
+/// kubelet looks it up when it creates the sandbox.
+async fn runtime_handler(
+    client: &kube::Client,
+    pod: &Pod,
+) -> Result<String, crate::runtime::RuntimeError> {
+    let Some(name) = pod
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.runtime_class_name.as_deref())
+        .filter(|name| !name.is_empty())
+    else {
+        return Ok(String::new());
+    };
+    let classes: Api<k8s_openapi::api::node::v1::RuntimeClass> = Api::all(client.clone());
+    match classes.get_opt(name).await {
+        Ok(Some(class)) => Ok(class.handler),
+        Ok(None) => Err(crate::runtime::RuntimeError::NotFound(format!(
+            "RuntimeClass \"{name}\""
+        ))),
+        Err(error) => Err(crate::runtime::RuntimeError::Rpc(
+            tonic::Status::unavailable(format!("reading RuntimeClass \"{name}\": {error}")),
+        )),
+    }
 }

@@ -160,12 +160,16 @@ impl Runtime for CriRuntime {
         Ok(reply.image_filesystems)
     }
 
-    async fn run_pod_sandbox(&self, config: &api::PodSandboxConfig) -> Result<String> {
+    async fn run_pod_sandbox(
+        &self,
+        config: &api::PodSandboxConfig,
+        runtime_handler: &str,
+    ) -> Result<String> {
         let reply = self
             .rt()
             .run_pod_sandbox(api::RunPodSandboxRequest {
                 config: Some(config.clone()),
-                runtime_handler: String::new(),
+                runtime_handler: runtime_handler.to_string(),
             })
             .await?
             .into_inner();

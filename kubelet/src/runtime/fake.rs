@@ -312,7 +312,11 @@ impl Runtime for FakeRuntime {
         }])
     }
 
-    async fn run_pod_sandbox(&self, config: &api::PodSandboxConfig) -> Result<String> {
+    async fn run_pod_sandbox(
+        &self,
+        config: &api::PodSandboxConfig,
+        _runtime_handler: &str,
+    ) -> Result<String> {
         let mut state = self.lock();
         let id = Self::id(&mut state, "sandbox");
         let host_network = config

@@ -59,7 +59,13 @@ pub trait Runtime: Send + Sync + 'static {
     async fn remove_image(&self, image: &str) -> Result<()>;
 
     /// Creates and starts a sandbox; returns its id.
-    async fn run_pod_sandbox(&self, config: &api::PodSandboxConfig) -> Result<String>;
+    /// Runs a sandbox with the runtime handler `runtime_handler` (a RuntimeClass's; `""` for
+    /// the runtime's default).
+    async fn run_pod_sandbox(
+        &self,
+        config: &api::PodSandboxConfig,
+        runtime_handler: &str,
+    ) -> Result<String>;
     async fn stop_pod_sandbox(&self, id: &str) -> Result<()>;
     async fn remove_pod_sandbox(&self, id: &str) -> Result<()>;
     async fn pod_sandbox_status(&self, id: &str) -> Result<api::PodSandboxStatus>;

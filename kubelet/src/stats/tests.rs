@@ -54,7 +54,7 @@ pub(crate) async fn run_on(runtime: &FakeRuntime, pod: &Pod) {
         labels: labels.clone(),
         ..Default::default()
     };
-    let sandbox = runtime.run_pod_sandbox(&sandbox_config).await.unwrap();
+    let sandbox = runtime.run_pod_sandbox(&sandbox_config, "").await.unwrap();
     let config = api::ContainerConfig {
         metadata: Some(api::ContainerMetadata {
             name: "c".into(),

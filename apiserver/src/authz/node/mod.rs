@@ -97,7 +97,9 @@ impl NodeAuthorizer {
             ("coordination.k8s.io", "leases", "") => {
                 namespace == LEASE_NAMESPACE && (verb == "create" || name == node)
             }
-            ("storage.k8s.io", "storageclasses", "") => reads,
+            ("storage.k8s.io", "storageclasses", "") | ("node.k8s.io", "runtimeclasses", "") => {
+                reads
+            }
             // Its own certificates (what a request may ask for is the approver's business).
             ("certificates.k8s.io", "certificatesigningrequests", "") => reads || verb == "create",
             ("authentication.k8s.io", "tokenreviews", "")
