@@ -112,25 +112,8 @@ impl<R: ObjectReader> Mutating for DefaultClass<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tests::attributes;
+    use crate::tests::{attributes, Classes};
     use serde_json::json;
-
-    struct Classes(Vec<Value>);
-
-    #[async_trait]
-    impl ObjectReader for Classes {
-        async fn get_cluster_object(
-            &self,
-            _: &str,
-            _: &str,
-            _: &str,
-        ) -> Result<Option<Value>, Denied> {
-            Ok(None)
-        }
-        async fn list_cluster_objects(&self, _: &str, _: &str) -> Result<Vec<Value>, Denied> {
-            Ok(self.0.clone())
-        }
-    }
 
     fn class(name: &str, created: &str, default: bool) -> Value {
         json!({"metadata": {"name": name, "creationTimestamp": created,

@@ -272,6 +272,37 @@ mod tests {
         }
     }
 
+    /// A pod create's attributes.
+    pub(crate) fn pod_create() -> Attributes {
+        Attributes {
+            kind: "Pod".into(),
+            resource: "pods".into(),
+            ..attributes(Operation::Create)
+        }
+    }
+
+    /// Cluster-scoped objects for plugins that read them (classes of one kind), found by name.
+    pub(crate) struct Classes(pub Vec<Value>);
+
+    #[async_trait]
+    impl ObjectReader for Classes {
+        async fn get_cluster_object(
+            &self,
+            _: &str,
+            _: &str,
+            name: &str,
+        ) -> Result<Option<Value>, Denied> {
+            Ok(self
+                .0
+                .iter()
+                .find(|c| c["metadata"]["name"] == name)
+                .cloned())
+        }
+        async fn list_cluster_objects(&self, _: &str, _: &str) -> Result<Vec<Value>, Denied> {
+            Ok(self.0.clone())
+        }
+    }
+
     #[tokio::test]
     async fn validating_plugins_see_what_mutating_plugins_did() {
         let calls = Arc::new(AtomicUsize::new(0));

@@ -31,7 +31,8 @@ pub trait ObjectReader: Send + Sync {
     }
 }
 
-fn is_pod_create(attributes: &Attributes) -> bool {
+/// Whether the request creates a pod (not one of its subresources).
+pub(crate) fn is_pod_create(attributes: &Attributes) -> bool {
     attributes.operation == Operation::Create
         && attributes.group.is_empty()
         && attributes.resource == "pods"
@@ -213,34 +214,7 @@ impl Mutating for DefaultTolerationSeconds {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tests::attributes;
-
-    struct Classes(Vec<Value>);
-    #[async_trait]
-    impl ObjectReader for Classes {
-        async fn get_cluster_object(
-            &self,
-            _: &str,
-            _: &str,
-            name: &str,
-        ) -> Result<Option<Value>, Denied> {
-            Ok(self
-                .0
-                .iter()
-                .find(|c| c["metadata"]["name"] == name)
-                .cloned())
-        }
-        async fn list_cluster_objects(&self, _: &str, _: &str) -> Result<Vec<Value>, Denied> {
-            Ok(self.0.clone())
-        }
-    }
-
-    fn pod_create() -> Attributes {
-        let mut attributes = attributes(Operation::Create);
-        attributes.resource = "pods".into();
-        attributes.kind = "Pod".into();
-        attributes
-    }
+    use crate::tests::{pod_create, Classes};
 
     #[tokio::test]
     async fn pods_get_the_default_service_account_and_tolerations() {

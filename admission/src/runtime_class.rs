@@ -8,7 +8,8 @@
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use crate::{Attributes, Denied, Mutating, ObjectReader, Operation, Validating};
+use crate::pod_plugins::is_pod_create;
+use crate::{Attributes, Denied, Mutating, ObjectReader, Validating};
 
 /// The plugin; reads RuntimeClasses through `reader`.
 pub struct RuntimeClass<R> {
@@ -19,13 +20,6 @@ impl<R> RuntimeClass<R> {
     pub fn new(reader: R) -> Self {
         Self { reader }
     }
-}
-
-fn is_pod_create(attributes: &Attributes) -> bool {
-    attributes.operation == Operation::Create
-        && attributes.group.is_empty()
-        && attributes.resource == "pods"
-        && attributes.subresource.is_none()
 }
 
 impl<R: ObjectReader> RuntimeClass<R> {
@@ -167,29 +161,8 @@ impl<R: ObjectReader> Validating for RuntimeClass<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tests::attributes;
+    use crate::tests::{pod_create, Classes};
     use serde_json::json;
-
-    struct Classes(Vec<Value>);
-
-    #[async_trait]
-    impl ObjectReader for Classes {
-        async fn get_cluster_object(
-            &self,
-            _: &str,
-            _: &str,
-            name: &str,
-        ) -> Result<Option<Value>, Denied> {
-            Ok(self
-                .0
-                .iter()
-                .find(|c| c["metadata"]["name"] == name)
-                .cloned())
-        }
-        async fn list_cluster_objects(&self, _: &str, _: &str) -> Result<Vec<Value>, Denied> {
-            Ok(self.0.clone())
-        }
-    }
 
     fn plugin() -> RuntimeClass<Classes> {
         RuntimeClass::new(Classes(vec![json!({
@@ -197,14 +170,6 @@ mod tests {
             "overhead": {"podFixed": {"cpu": "250m", "memory": "120Mi"}},
             "scheduling": {"nodeSelector": {"sandbox": "gvisor"},
                 "tolerations": [{"key": "sandbox", "operator": "Exists", "effect": "NoSchedule"}]}})]))
-    }
-
-    fn pod_create() -> Attributes {
-        Attributes {
-            kind: "Pod".into(),
-            resource: "pods".into(),
-            ..attributes(Operation::Create)
-        }
     }
 
     fn pod(spec: Value) -> Value {
