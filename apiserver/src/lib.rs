@@ -17,6 +17,7 @@ pub mod aggregator;
 pub mod audit;
 pub mod authn;
 pub mod authz;
+pub mod background;
 pub mod catalog;
 pub mod codec;
 mod connection;

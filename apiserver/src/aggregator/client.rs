@@ -34,8 +34,7 @@ pub struct Client {
     key: Arc<PrivateKeyDer<'static>>,
     /// A connector per (caBundle, insecure), made once.
     connectors: Mutex<HashMap<(Option<String>, bool), TlsConnector>>,
-    tasks: TaskTracker,
-    shutdown: CancellationToken,
+    background: crate::background::Background,
 }
 
 impl Client {
@@ -57,8 +56,7 @@ impl Client {
             certificate,
             key: Arc::new(key),
             connectors: Mutex::default(),
-            tasks,
-            shutdown,
+            background: crate::background::Background::new(tasks, shutdown),
         })
     }
 
@@ -93,13 +91,7 @@ impl Client {
 
     /// Runs `work` on the server's tracker until it ends or the server shuts down.
     pub fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
-        let shutdown = self.shutdown.clone();
-        self.tasks.spawn(async move {
-            tokio::select! {
-                () = shutdown.cancelled() => {}
-                () = work => {}
-            }
-        });
+        self.background.spawn(work);
     }
 
     /// Sends `request` (origin-form URI) to `remote`'s endpoint `authority` on a new

@@ -72,15 +72,8 @@ async fn listed(registry: &Registry) -> Option<(BTreeMap<String, Value>, i64)> {
             return None;
         }
     };
-    let services = listed
-        .items
-        .into_iter()
-        .map(|item| {
-            let value = item.into_value();
-            (crate::json::name(&value).to_string(), value)
-        })
-        .collect();
-    Some((services, listed.resource_version))
+    let revision = listed.resource_version;
+    Some((listed.by_name(), revision))
 }
 
 /// One list and the watch after it, until the watch ends or fails.

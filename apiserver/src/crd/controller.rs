@@ -60,20 +60,14 @@ async fn follow(
             return;
         }
     };
-    let mut crds: BTreeMap<String, Value> = listed
-        .items
-        .into_iter()
-        .map(|item| {
-            let value = item.into_value();
-            (crate::json::name(&value).to_string(), value)
-        })
-        .collect();
+    let revision = listed.resource_version;
+    let mut crds = listed.by_name();
     reconcile(registry, custom, &crds).await;
     if let Some(synced) = synced.take() {
         let _ = synced.send(());
     }
     let mut options = ListOptions::everything();
-    options.resource_version = Some(listed.resource_version.to_string());
+    options.resource_version = Some(revision.to_string());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(3600);
     let mut events = match registry.watch(info, None, &options, deadline).await {
         Ok(events) => events,

@@ -138,6 +138,20 @@ pub struct ListResult {
     pub remaining_item_count: Option<i64>,
 }
 
+impl ListResult {
+    /// The items by name (a cluster-scoped kind's, as the controllers inside the apiserver
+    /// keep them).
+    pub fn by_name(self) -> std::collections::BTreeMap<String, Value> {
+        self.items
+            .into_iter()
+            .map(|item| {
+                let value = item.into_value();
+                (crate::json::name(&value).to_string(), value)
+            })
+            .collect()
+    }
+}
+
 #[derive(Serialize, Deserialize)]
 struct ContinueToken {
     v: String,

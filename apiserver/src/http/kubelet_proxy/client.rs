@@ -64,8 +64,7 @@ pub enum DialError {
 /// Connects to kubelets; one per server.
 pub struct KubeletClient {
     connector: TlsConnector,
-    tasks: TaskTracker,
-    shutdown: CancellationToken,
+    background: crate::background::Background,
 }
 
 impl std::fmt::Debug for KubeletClient {
@@ -102,20 +101,13 @@ impl KubeletClient {
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Self {
             connector: TlsConnector::from(Arc::new(config)),
-            tasks,
-            shutdown,
+            background: crate::background::Background::new(tasks, shutdown),
         })
     }
 
     /// Runs `work` on the server's tracker until it ends or the server shuts down.
     pub fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
-        let shutdown = self.shutdown.clone();
-        self.tasks.spawn(async move {
-            tokio::select! {
-                () = shutdown.cancelled() => {}
-                () = work => {}
-            }
-        });
+        self.background.spawn(work);
     }
 
     /// Sends `request` (origin-form URI; the `Host` header is set here) to the kubelet at
