@@ -164,6 +164,11 @@ pub struct ServerArgs {
     /// Its private key (PEM).
     #[arg(long)]
     proxy_client_key_file: Option<PathBuf>,
+    /// The admission plugins' configuration: an AdmissionConfiguration
+    /// (apiserver.config.k8s.io/v1) whose PodSecurity entry (inline or by `path`) sets the
+    /// PodSecurityConfiguration's defaults and exemptions. A malformed file stops the server.
+    #[arg(long)]
+    admission_control_config_file: Option<PathBuf>,
     /// OpenTelemetry tracing: a TracingConfiguration (apiserver.config.k8s.io/v1beta1 or v1)
     /// with the collector's OTLP/gRPC `endpoint` and `samplingRatePerMillion`; requests whose
     /// client sends a sampled W3C `traceparent` are traced whatever the rate.
@@ -283,6 +288,11 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
             "--encryption-provider-config-automatic-reload needs --encryption-provider-config"
         );
     }
+    let admission = match &args.admission_control_config_file {
+        Some(path) => rudder_apiserver::admission_config::AdmissionPluginConfig::load(path)
+            .map_err(|error| anyhow::anyhow!("--admission-control-config-file: {error}"))?,
+        None => Default::default(),
+    };
     let authorization_modes = rudder_apiserver::authz::Mode::parse_list(&args.authorization_mode)
         .map_err(|error| anyhow::anyhow!("--authorization-mode: {error}"))?;
     let agent_args = LocalAgent {
@@ -343,6 +353,7 @@ pub async fn server(args: ServerArgs, shutdown: CancellationToken) -> Result<()>
             proxy_client_cert_file: args.proxy_client_cert_file,
             proxy_client_key_file: args.proxy_client_key_file,
         },
+        admission,
     };
     let running =
         match rudder_apiserver::server::start(config, store.clone(), shutdown.clone()).await {

@@ -26,7 +26,7 @@ pub use namespace_lifecycle::{NamespaceLifecycle, NamespaceLookup, NamespaceStat
 pub use pod_plugins::{
     DefaultTolerationSeconds, ObjectReader, Priority, ServiceAccount, SYSTEM_PRIORITY_CLASSES,
 };
-pub use pod_security::{Level, Modes, PodSecurity};
+pub use pod_security::{PodSecurity, PodSecurityConfig};
 pub use runtime_class::RuntimeClass;
 
 use async_trait::async_trait;

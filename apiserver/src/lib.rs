@@ -13,6 +13,7 @@
 //! `server::start`, then `http::resources`, then `registry::store`. docs/apiserver.md has the
 //! flows.
 
+pub mod admission_config;
 pub mod aggregator;
 pub mod audit;
 pub mod authn;

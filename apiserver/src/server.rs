@@ -82,6 +82,8 @@ pub struct Config {
     pub count_metric_poll_period: Duration,
     /// The front proxy's identity (aggregated APIs) and who may act as one.
     pub front_proxy: FrontProxyFiles,
+    /// The admission plugins' configurations (`--admission-control-config-file`).
+    pub admission: crate::admission_config::AdmissionPluginConfig,
 }
 
 /// The controller-manager's user (its certificate's CN), bound to the role of that name.
@@ -124,6 +126,7 @@ impl Config {
             watch_cache: true,
             count_metric_poll_period: registry::DEFAULT_COUNT_PERIOD,
             front_proxy: FrontProxyFiles::default(),
+            admission: Default::default(),
         }
     }
 }
@@ -635,7 +638,10 @@ pub async fn start(
         .with_mutating(rudder_admission::StorageObjectInUseProtection)
         .with_validating(NamespaceLifecycle::new(namespaces.clone()))
         .with_validating(rudder_admission::LimitRanger::new(namespaces.clone()))
-        .with_validating(rudder_admission::PodSecurity::new(namespaces.clone()))
+        .with_validating(rudder_admission::PodSecurity::with_config(
+            namespaces.clone(),
+            config.admission.pod_security.clone(),
+        ))
         .with_validating(rudder_admission::RuntimeClass::new(namespaces));
     if config.authorization_modes.contains(&authz::Mode::Node) {
         admission = admission.with_validating(authz::node::restriction::NodeRestriction);

@@ -441,6 +441,121 @@ async fn policy_plugins_apply_to_pods_and_claims() {
     assert_eq!(chosen, "standard");
 }
 
+/// PodSecurity beyond labels: defaults and an exempt namespace from
+/// `--admission-control-config-file`, a malformed label refused, tightening a namespace warns
+/// of the pods it already holds, and a pinned version judges by its release's rules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_security_defaults_exemptions_versions_and_namespace_checks() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("admission.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n- name: PodSecurity\n  configuration:\n    apiVersion: pod-security.admission.config.k8s.io/v1\n    kind: PodSecurityConfiguration\n    defaults: {enforce: baseline}\n    exemptions: {namespaces: [ops-tools]}\n",
+    )
+    .unwrap();
+    let url = format!("sqlite://{}", dir.path().join("state.db").display());
+    let config_arg = config.display().to_string();
+    let server = RudderServer::start_with_args(
+        RUDDER,
+        &url,
+        &[
+            "--disable-controller-manager",
+            "--disable-scheduler",
+            "--disable-agent",
+            "--admission-control-config-file",
+            &config_arg,
+        ],
+    );
+    let k = Kubectl {
+        server: &server,
+        version: "1.33",
+        namespace: "plain".into(),
+    };
+    let privileged = |name: &str, namespace: &str| {
+        k.file(
+            &format!("{name}.yaml"),
+            &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec:\n  containers:\n  - {{name: shell, image: busybox, securityContext: {{privileged: true}}}}\n"),
+        )
+    };
+    // The configured default (baseline) holds where no label says otherwise …
+    k.ok(&["create", "namespace", "plain"]);
+    let refused = k.fails(&["apply", "-f", &privileged("priv", "plain")]);
+    assert!(
+        refused.contains("pods \"priv\" is forbidden: violates PodSecurity \"baseline:latest\": privileged (container \"shell\" must not set securityContext.privileged=true)"),
+        "{refused}"
+    );
+    // … but not in the exempt namespace, whose restricted label is ignored with a warning.
+    k.ok(&["create", "namespace", "ops-tools"]);
+    let labelled = k.run(&[
+        "label",
+        "namespace",
+        "ops-tools",
+        "pod-security.kubernetes.io/enforce=restricted",
+    ]);
+    assert!(labelled.status.success());
+    let warned = String::from_utf8_lossy(&labelled.stderr).to_string();
+    assert!(
+        warned.contains("namespace \"ops-tools\" is exempt from Pod Security, and the policy (enforce=restricted:latest) will be ignored"),
+        "{warned}"
+    );
+    k.ok(&["apply", "-f", &privileged("priv", "ops-tools")]);
+
+    // A label that does not parse is refused with upstream's field error.
+    let refused = k.fails(&[
+        "label",
+        "namespace",
+        "plain",
+        "pod-security.kubernetes.io/enforce=strict",
+    ]);
+    assert!(
+        refused.contains("metadata.labels[pod-security.kubernetes.io/enforce]: Invalid value: \"strict\": must be one of privileged, baseline, restricted"),
+        "{refused}"
+    );
+
+    // Tightening a namespace warns of the pods that would now be refused.
+    k.ok(&["create", "namespace", "legacy"]);
+    k.ok(&[
+        "label",
+        "namespace",
+        "legacy",
+        "pod-security.kubernetes.io/enforce=privileged",
+    ]);
+    let root = |name: &str| {
+        k.file(
+            &format!("{name}.yaml"),
+            &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: legacy}}\nspec:\n  securityContext: {{runAsNonRoot: true, runAsUser: 0, seccompProfile: {{type: RuntimeDefault}}}}\n  containers:\n  - name: app\n    image: busybox\n    securityContext: {{allowPrivilegeEscalation: false, capabilities: {{drop: [ALL]}}}}\n"),
+        )
+    };
+    k.ok(&["apply", "-f", &root("root")]);
+    let tightened = k.run(&[
+        "label",
+        "namespace",
+        "legacy",
+        "--overwrite",
+        "pod-security.kubernetes.io/enforce=restricted",
+    ]);
+    assert!(tightened.status.success());
+    let warned = String::from_utf8_lossy(&tightened.stderr).to_string();
+    assert!(
+        warned.contains("existing pods in namespace \"legacy\" violate the new PodSecurity enforce level \"restricted:latest\"")
+            && warned.contains("root: runAsUser=0"),
+        "{warned}"
+    );
+    let refused = k.fails(&["apply", "-f", &root("root-2")]);
+    assert!(
+        refused.contains("runAsUser=0 (pod must not set runAsUser=0)"),
+        "{refused}"
+    );
+    // Pinned to 1.22, restricted had no runAsUser rule yet.
+    k.ok(&[
+        "label",
+        "namespace",
+        "legacy",
+        "pod-security.kubernetes.io/enforce-version=v1.22",
+    ]);
+    k.ok(&["apply", "-f", &root("root-2")]);
+}
+
 /// A ResourceQuota of 10 pods holds at exactly 10 when 50 pods are created at once through
 /// two apiservers on one store (the controller-manager of one of them counts the quota).
 async fn quota_holds_across_servers(url: String) {

@@ -1,8 +1,8 @@
 //! PodSecurity: the Pod Security Standards by namespace label, as upstream's admission
 //! plugin applies them. A namespace's `pod-security.kubernetes.io/enforce`, `warn` and
-//! `audit` labels name a level (`privileged`, `baseline`, `restricted`; each with an optional
-//! `-version`, `latest` by default, and only the latest rules are known here); a pod that
-//! violates the enforce level is refused —
+//! `audit` labels name a level (`privileged`, `baseline`, `restricted`), each with an optional
+//! `-version` (`latest`, or `v1.N` to pin the rules of that release); namespaces without them
+//! get the configured defaults ([`policy`]). A pod that violates the enforce level is refused —
 //!
 //! ```text
 //! pods "web" is forbidden: violates PodSecurity "restricted:latest": privileged (container
@@ -10,77 +10,315 @@
 //! ```
 //!
 //! — one that violates the warn level gets `would violate PodSecurity "…": …` as a warning,
-//! and a workload whose pod template violates either level gets that warning (workloads are
-//! never refused: their pods are). Updates are judged only when the pod's spec changes.
+//! and the audit level's violations are logged. Workloads (their pod templates) are only
+//! warned about and audited, never refused: their pods are. Pod updates are judged only when
+//! an image changes or a container is added, as upstream's.
+//!
+//! Namespaces are checked too: labels that do not parse refuse a create (and an update that
+//! changes them) with upstream's field errors, and tightening the enforce level warns which of
+//! the namespace's pods would now be refused (at most 3,000 looked at, one per controller
+//! first). Exempt usernames, namespaces and RuntimeClasses ([`PodSecurityConfig`]) skip it all.
 //! The checks themselves are [`checks`].
 
 mod checks;
+mod policy;
+
+use std::collections::{BTreeMap, HashSet};
 
 use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::{Attributes, Denied, ObjectReader, Operation, Validating};
 
-pub use checks::{violations, Level};
+pub use checks::violations;
+pub use policy::{Level, LevelVersion, PodSecurityConfig, Policy};
 
-const LABEL_PREFIX: &str = "pod-security.kubernetes.io/";
+/// Pod subresources the plugin leaves alone (any other carries a pod to judge).
+const IGNORED_POD_SUBRESOURCES: &[&str] = &[
+    "exec",
+    "attach",
+    "binding",
+    "eviction",
+    "log",
+    "portforward",
+    "proxy",
+    "status",
+];
 
-/// The levels a namespace's labels ask for, per mode (a malformed level is `restricted`, as
-/// upstream evaluates it).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Modes {
-    pub enforce: Level,
-    pub warn: Level,
-    pub audit: Level,
-}
+/// How many of a namespace's pods a tightened enforce level is tried on.
+const MAX_PODS_TO_CHECK: usize = 3000;
 
-impl Modes {
-    /// The modes of a Namespace object.
-    pub fn of_namespace(namespace: &Value) -> Self {
-        let labels = &namespace["metadata"]["labels"];
-        let level = |mode: &str| {
-            labels[format!("{LABEL_PREFIX}{mode}")]
-                .as_str()
-                .map_or(Level::Privileged, Level::parse)
-        };
-        Self {
-            enforce: level("enforce"),
-            warn: level("warn"),
-            audit: level("audit"),
-        }
-    }
-}
-
-/// The pod spec of an object the plugin judges: a pod's own, or a workload's template's.
-fn pod_spec<'a>(attributes: &Attributes, object: &'a Value) -> Option<&'a Value> {
-    if !attributes.group.is_empty() && !matches!(attributes.group.as_str(), "apps" | "batch") {
-        return None;
-    }
-    match (attributes.group.as_str(), attributes.resource.as_str()) {
-        ("", "pods") => Some(&object["spec"]),
-        ("", "podtemplates") => Some(&object["template"]["spec"]),
+/// The pod spec and metadata of an object the plugin judges: a pod's own, or a workload's
+/// template's.
+fn pod_of<'a>(attributes: &Attributes, object: &'a Value) -> Option<(&'a Value, &'a Value)> {
+    let template = match (attributes.group.as_str(), attributes.resource.as_str()) {
+        ("", "pods") => object,
+        ("", "podtemplates") => &object["template"],
         ("", "replicationcontrollers")
         | ("apps", "deployments" | "replicasets" | "statefulsets" | "daemonsets")
-        | ("batch", "jobs") => Some(&object["spec"]["template"]["spec"]),
-        ("batch", "cronjobs") => Some(&object["spec"]["jobTemplate"]["spec"]["template"]["spec"]),
-        _ => None,
-    }
-    .filter(|spec| spec.is_object())
+        | ("batch", "jobs") => &object["spec"]["template"],
+        ("batch", "cronjobs") => &object["spec"]["jobTemplate"]["spec"]["template"],
+        _ => return None,
+    };
+    let spec = &template["spec"];
+    spec.is_object().then_some((spec, &template["metadata"]))
 }
 
-/// The plugin; reads namespaces through `reader`.
+fn labels_of(object: &Value) -> BTreeMap<String, String> {
+    object["metadata"]["labels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(key, value)| Some((key.clone(), value.as_str()?.to_string())))
+        .collect()
+}
+
+/// Whether a pod update changes what the standards look at: upstream judges an update only
+/// when a container is added or removed or an image changes.
+fn significant_update(spec: &Value, old: &Value) -> bool {
+    let images = |spec: &Value, field: &str| -> Vec<(String, String)> {
+        spec[field]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                (
+                    c["name"].as_str().unwrap_or("").to_string(),
+                    c["image"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect()
+    };
+    for field in ["containers", "initContainers"] {
+        let (new, old) = (images(spec, field), images(old, field));
+        if new.len() != old.len() || new.iter().zip(&old).any(|(n, o)| n.1 != o.1) {
+            return true;
+        }
+    }
+    let old_ephemeral = images(old, "ephemeralContainers");
+    images(spec, "ephemeralContainers")
+        .iter()
+        .any(|(name, image)| {
+            old_ephemeral
+                .iter()
+                .find(|(old_name, _)| old_name == name)
+                .is_none_or(|(_, old_image)| old_image != image)
+        })
+}
+
+/// `reason (detail), reason (detail)`, as upstream joins a pod's violations.
+fn joined(found: &[String]) -> String {
+    found.join(", ")
+}
+
+/// The plugin; reads namespaces (and, on an enforce change, their pods) through `reader`.
 pub struct PodSecurity<R> {
     reader: R,
+    config: PodSecurityConfig,
 }
 
 impl<R> PodSecurity<R> {
     pub fn new(reader: R) -> Self {
-        Self { reader }
+        Self::with_config(reader, PodSecurityConfig::default())
+    }
+
+    pub fn with_config(reader: R, config: PodSecurityConfig) -> Self {
+        Self { reader, config }
+    }
+
+    fn exempt_namespace(&self, namespace: &str) -> bool {
+        !namespace.is_empty() && self.config.exempt_namespaces.iter().any(|n| n == namespace)
+    }
+
+    fn exempt_user(&self, user: &str) -> bool {
+        !user.is_empty() && self.config.exempt_usernames.iter().any(|u| u == user)
+    }
+
+    fn exempt_runtime_class(&self, spec: &Value) -> bool {
+        spec["runtimeClassName"].as_str().is_some_and(|class| {
+            !class.is_empty()
+                && self
+                    .config
+                    .exempt_runtime_classes
+                    .iter()
+                    .any(|c| c == class)
+        })
+    }
+
+    /// The warning for an exempt namespace whose labels ask for a policy that will be ignored.
+    fn exempt_namespace_warning(
+        &self,
+        name: &str,
+        policy: &Policy,
+        labels: &BTreeMap<String, String>,
+    ) -> Option<String> {
+        if policy.fully_privileged() || *policy == self.config.defaults {
+            return None;
+        }
+        let set = |mode: &str| {
+            labels.contains_key(&format!("{}{mode}", policy::LABEL_PREFIX))
+                || labels.contains_key(&format!("{}{mode}-version", policy::LABEL_PREFIX))
+        };
+        let shown: Vec<String> = [
+            ("enforce", policy.enforce),
+            ("audit", policy.audit),
+            ("warn", policy.warn),
+        ]
+        .into_iter()
+        .filter(|(mode, of)| of.level != Level::Privileged && set(mode))
+        .map(|(mode, of)| format!("{mode}={of}"))
+        .collect();
+        Some(format!(
+            "namespace \"{name}\" is exempt from Pod Security, and the policy ({}) will be ignored",
+            shown.join(", ")
+        ))
     }
 }
 
-fn verdict(level: Level, found: &[String]) -> String {
-    format!("\"{}:latest\": {}", level.as_str(), found.join(", "))
+impl<R: ObjectReader> PodSecurity<R> {
+    async fn validate_namespace(
+        &self,
+        attributes: &Attributes,
+        object: &Value,
+        old: Option<&Value>,
+    ) -> Result<(), Denied> {
+        let name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or(&attributes.name)
+            .to_string();
+        let labels = labels_of(object);
+        let (policy, errors) = Policy::of_labels(&labels, self.config.defaults);
+        let invalid = || Denied {
+            code: 422,
+            reason: "Invalid",
+            message: match errors.as_slice() {
+                [one] => format!("Namespace \"{name}\" is invalid: {one}"),
+                many => format!("Namespace \"{name}\" is invalid: [{}]", many.join(", ")),
+            },
+        };
+        let old = match (attributes.operation, old) {
+            (Operation::Create, _) => {
+                if !errors.is_empty() {
+                    return Err(invalid());
+                }
+                if self.exempt_namespace(&name) {
+                    if let Some(warning) = self.exempt_namespace_warning(&name, &policy, &labels) {
+                        attributes.warnings.push(warning);
+                    }
+                }
+                return Ok(());
+            }
+            (Operation::Update, Some(old)) => old,
+            _ => return Ok(()),
+        };
+        let (old_policy, old_errors) = Policy::of_labels(&labels_of(old), self.config.defaults);
+        if !errors.is_empty() && errors != old_errors {
+            return Err(invalid());
+        }
+        let relaxed = policy.enforce.version == old_policy.enforce.version
+            && policy.enforce.level <= old_policy.enforce.level;
+        if policy.enforce == old_policy.enforce
+            || policy.enforce.level == Level::Privileged
+            || relaxed
+        {
+            return Ok(());
+        }
+        if self.exempt_namespace(&name) {
+            if let Some(warning) = self.exempt_namespace_warning(&name, &policy, &labels) {
+                attributes.warnings.push(warning);
+            }
+            return Ok(());
+        }
+        for warning in self.existing_pod_warnings(&name, policy.enforce).await {
+            attributes.warnings.push(warning);
+        }
+        Ok(())
+    }
+
+    /// What the namespace's pods would violate under a new enforce level, as upstream's
+    /// namespace dry run words it: a headline, then one line per distinct violation naming
+    /// the first pod (by name) and how many others share it.
+    async fn existing_pod_warnings(&self, namespace: &str, enforce: LevelVersion) -> Vec<String> {
+        let pods = match self
+            .reader
+            .list_namespaced_objects("", "pods", namespace)
+            .await
+        {
+            Ok(pods) => pods,
+            Err(_) => {
+                return vec![
+                    "failed to list pods while checking new PodSecurity enforce level".into(),
+                ]
+            }
+        };
+        // One pod per controller first, then the rest of each controller's pods.
+        let mut seen_controllers = HashSet::new();
+        let (mut first, mut rest) = (Vec::new(), Vec::new());
+        for pod in &pods {
+            if self.exempt_runtime_class(&pod["spec"]) {
+                continue;
+            }
+            let controller = pod["metadata"]["ownerReferences"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|owner| owner["controller"] == true)
+                .and_then(|owner| owner["uid"].as_str());
+            match controller {
+                Some(uid) if !seen_controllers.insert(uid) => rest.push(pod),
+                _ => first.push(pod),
+            }
+        }
+        first.extend(rest);
+        let total = first.len();
+        let checked = total.min(MAX_PODS_TO_CHECK);
+        // violation → (first pod name, count), in the order first seen.
+        let mut found: Vec<(String, String, usize)> = Vec::new();
+        for pod in first.into_iter().take(checked) {
+            let reasons = violations(enforce, &pod["spec"], &pod["metadata"]);
+            if reasons.is_empty() {
+                continue;
+            }
+            // Each violation is `<reason> (<detail>)`, and no reason holds " (".
+            let reason = reasons
+                .iter()
+                .map(|r| r.split(" (").next().unwrap_or(r))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let pod_name = pod["metadata"]["name"].as_str().unwrap_or("").to_string();
+            match found.iter_mut().find(|(r, _, _)| *r == reason) {
+                Some((_, name, count)) => {
+                    *count += 1;
+                    if pod_name < *name {
+                        *name = pod_name;
+                    }
+                }
+                None => found.push((reason, pod_name, 1)),
+            }
+        }
+        let mut warnings = Vec::new();
+        if checked < total {
+            warnings.push(format!(
+                "new PodSecurity enforce level only checked against the first {checked} of {total} existing pods"
+            ));
+        }
+        if !found.is_empty() {
+            warnings.push(format!(
+                "existing pods in namespace \"{namespace}\" violate the new PodSecurity enforce level \"{enforce}\""
+            ));
+        }
+        let mut lines: Vec<String> = found
+            .into_iter()
+            .map(|(reason, name, count)| match count {
+                1 => format!("{name}: {reason}"),
+                2 => format!("{name} (and 1 other pod): {reason}"),
+                n => format!("{name} (and {} other pods): {reason}", n - 1),
+            })
+            .collect();
+        lines.sort();
+        warnings.extend(lines);
+        warnings
+    }
 }
 
 #[async_trait]
@@ -95,68 +333,112 @@ impl<R: ObjectReader> Validating for PodSecurity<R> {
         object: Option<&Value>,
         old: Option<&Value>,
     ) -> Result<(), Denied> {
-        if !matches!(attributes.operation, Operation::Create | Operation::Update)
-            || attributes.subresource.is_some()
-        {
+        if !matches!(attributes.operation, Operation::Create | Operation::Update) {
             return Ok(());
         }
         let Some(object) = object else {
             return Ok(());
         };
-        let Some(spec) = pod_spec(attributes, object) else {
-            return Ok(());
-        };
-        if let Some(old_spec) = old.and_then(|old| pod_spec(attributes, old)) {
-            if old_spec == spec {
+        let core = attributes.group.is_empty();
+        if core && attributes.resource == "namespaces" {
+            if attributes.subresource.is_some() {
                 return Ok(());
             }
+            return self.validate_namespace(attributes, object, old).await;
         }
+        let is_pod = core && attributes.resource == "pods";
+        match attributes.subresource.as_deref() {
+            None => {}
+            Some(sub) if is_pod && !IGNORED_POD_SUBRESOURCES.contains(&sub) => {}
+            Some(_) => return Ok(()),
+        }
+        let Some((spec, metadata)) = pod_of(attributes, object) else {
+            return Ok(());
+        };
         let Some(namespace) = attributes.namespace.as_deref() else {
             return Ok(());
         };
-        let Some(namespace) = self
+        if self.exempt_namespace(namespace) || self.exempt_user(&attributes.user) {
+            return Ok(());
+        }
+        let Some(namespace_object) = self
             .reader
             .get_cluster_object("", "namespaces", namespace)
             .await?
         else {
+            if is_pod {
+                return Err(Denied {
+                    code: 500,
+                    reason: "InternalError",
+                    message: format!(
+                        "Internal error occurred: failed to lookup namespace \"{namespace}\""
+                    ),
+                });
+            }
             return Ok(());
         };
-        let modes = Modes::of_namespace(&namespace);
-        let is_pod = attributes.group.is_empty() && attributes.resource == "pods";
-        let enforced = violations(modes.enforce, spec, &object["metadata"]);
-        if !enforced.is_empty() {
-            if is_pod {
-                return Err(Denied::forbidden(format!(
-                    "pods \"{}\" is forbidden: violates PodSecurity {}",
-                    attributes.name,
-                    verdict(modes.enforce, &enforced)
-                )));
-            }
-            attributes.warnings.push(format!(
-                "would violate PodSecurity {}",
-                verdict(modes.enforce, &enforced)
-            ));
+        let (policy, errors) =
+            Policy::of_labels(&labels_of(&namespace_object), self.config.defaults);
+        let judged_by_enforce = is_pod;
+        let quiet = if judged_by_enforce {
+            policy.fully_privileged()
+        } else {
+            policy.warn.level == Level::Privileged && policy.audit.level == Level::Privileged
+        };
+        if errors.is_empty() && quiet {
             return Ok(());
         }
-        if modes.warn != modes.enforce {
-            let warned = violations(modes.warn, spec, &object["metadata"]);
-            if !warned.is_empty() {
-                attributes.warnings.push(format!(
-                    "would violate PodSecurity {}",
-                    verdict(modes.warn, &warned)
-                ));
+        if is_pod && attributes.operation == Operation::Update {
+            if let Some((old_spec, _)) = old.and_then(|old| pod_of(attributes, old)) {
+                if !significant_update(spec, old_spec) {
+                    return Ok(());
+                }
             }
         }
-        if modes.audit != Level::Privileged {
-            let audited = violations(modes.audit, spec, &object["metadata"]);
-            if !audited.is_empty() {
-                tracing::info!(
-                    namespace = attributes.namespace.as_deref().unwrap_or(""),
-                    name = %attributes.name,
-                    violations = %verdict(modes.audit, &audited),
-                    "pod-security audit"
-                );
+        if self.exempt_runtime_class(spec) {
+            return Ok(());
+        }
+        let mut cache: Vec<(LevelVersion, Vec<String>)> = Vec::new();
+        let mut evaluate = |of: LevelVersion| -> Vec<String> {
+            if let Some((_, found)) = cache.iter().find(|(at, _)| *at == of) {
+                return found.clone();
             }
+            let found = violations(of, spec, metadata);
+            cache.push((of, found.clone()));
+            found
+        };
+        if judged_by_enforce {
+            let enforced = evaluate(policy.enforce);
+            if !enforced.is_empty() {
+                return Err(Denied::forbidden(format!(
+                    "pods \"{}\" is forbidden: violates PodSecurity \"{}\": {}",
+                    attributes.name,
+                    policy.enforce,
+                    joined(&enforced)
+                )));
+            }
+        }
+        let audited = evaluate(policy.audit);
+        if !audited.is_empty() {
+            tracing::info!(
+                namespace,
+                name = %attributes.name,
+                resource = %attributes.resource,
+                violations = %format!(
+                    "would violate PodSecurity \"{}\": {}",
+                    policy.audit,
+                    joined(&audited)
+                ),
+                "pod-security audit"
+            );
+        }
+        let warned = evaluate(policy.warn);
+        if !warned.is_empty() {
+            attributes.warnings.push(format!(
+                "would violate PodSecurity \"{}\": {}",
+                policy.warn,
+                joined(&warned)
+            ));
         }
         Ok(())
     }
