@@ -663,9 +663,18 @@ pub async fn start(
     // Upstream's order ends with the configurable plugins: the mutating webhooks last among
     // the mutating plugins, then the policies and the validating webhooks.
     admission = admission
-        .with_mutating(crate::webhooks::Webhooks::mutating(unadmitted.clone()))
-        .with_validating(crate::webhooks::Policies::new(unadmitted.clone()))
-        .with_validating(crate::webhooks::Webhooks::validating(unadmitted.clone()))
+        .with_mutating(crate::webhooks::Webhooks::mutating(
+            unadmitted.clone(),
+            authorizer.clone(),
+        ))
+        .with_validating(crate::webhooks::Policies::new(
+            unadmitted.clone(),
+            authorizer.clone(),
+        ))
+        .with_validating(crate::webhooks::Webhooks::validating(
+            unadmitted.clone(),
+            authorizer.clone(),
+        ))
         .with_validating(crate::quota::ResourceQuota::new(unadmitted.clone()));
     let registry = unadmitted.with_admission(Arc::new(admission));
 

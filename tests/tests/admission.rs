@@ -336,6 +336,45 @@ async fn a_validating_admission_policy_with_a_param_limits_replicas() {
         "-n",
         "default",
     ]);
+    // The `authorizer` variable asks RBAC about the requesting user: only someone who may
+    // update the namespace may create a ConfigMap labelled tier=system in it.
+    let guarded = k.file(
+        "guarded.yaml",
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata: {name: system-tier}\nspec:\n  failurePolicy: Fail\n  matchConstraints: {resourceRules: [{apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [configmaps]}]}\n  variables:\n  - name: mayUpdateNamespace\n    expression: \"authorizer.group('').resource('namespaces').name(object.metadata.namespace).check('update')\"\n  validations:\n  - expression: \"!has(object.metadata.labels) || !('tier' in object.metadata.labels) || object.metadata.labels.tier != 'system' || variables.mayUpdateNamespace.allowed()\"\n    messageExpression: \"'user ' + request.userInfo.username + ' may not create tier=system ConfigMaps: ' + (variables.mayUpdateNamespace.allowed() ? 'allowed' : 'denied')\"\n---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\nmetadata: {name: system-tier}\nspec: {policyName: system-tier, validationActions: [Deny]}\n",
+    );
+    k.ok(&["apply", "-f", &guarded]);
+    k.ok_ns(&[
+        "create",
+        "role",
+        "cm-writer",
+        "--verb=create,get",
+        "--resource=configmaps",
+    ]);
+    k.ok_ns(&[
+        "create",
+        "rolebinding",
+        "dev-cm",
+        "--role=cm-writer",
+        "--user=dev",
+    ]);
+    let system_cm = |name: &str| {
+        k.file(
+            &format!("{name}.yaml"),
+            &format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: limited, labels: {{tier: system}}}}\ndata: {{a: b}}\n"),
+        )
+    };
+    let plain_cm = k.file(
+        "plain-cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: plain, namespace: limited}\ndata: {a: b}\n",
+    );
+    k.ok(&["create", "-f", &plain_cm, "--as=dev"]);
+    let refused = k.fails(&["create", "-f", &system_cm("by-dev"), "--as=dev"]);
+    assert!(
+        refused.contains("ValidatingAdmissionPolicy 'system-tier' with binding 'system-tier' denied request: user dev may not create tier=system ConfigMaps: denied"),
+        "{refused}"
+    );
+    k.ok(&["create", "-f", &system_cm("by-admin")]);
+
     // A policy whose expression does not compile is refused when written.
     let broken = k.file(
         "broken.yaml",

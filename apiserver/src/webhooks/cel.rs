@@ -1,7 +1,8 @@
 //! CEL for admission: webhooks' `matchConditions` and ValidatingAdmissionPolicies, over the
 //! `cel` crate with kube-cel's Kubernetes libraries. The variables are upstream's: `object`,
 //! `oldObject` (null on create, and `object` null on delete), `request`, `params`,
-//! `namespaceObject`, `variables`. (`authorizer` is not offered yet.)
+//! `namespaceObject`, `variables`, and `authorizer` ([`super::cel_authorizer`]) when the
+//! caller binds it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,6 +11,8 @@ use kube_cel::cel::objects::{Key, Map};
 use kube_cel::cel::{Context, Program, Value as Cel};
 use kube_cel::KubeCelExt;
 use serde_json::Value;
+
+pub use super::cel_authorizer::{Caller, Target};
 
 /// Whether `expression` compiles (the message is the parser's).
 pub fn check(expression: &str) -> Result<(), String> {
@@ -90,7 +93,11 @@ thread_local! {
     /// The Kubernetes CEL libraries, registered once per thread (registering them is most of
     /// what building a context costs); each request's variables live in a child scope. One
     /// per thread that evaluates admission CEL, kept for the thread's life.
-    static LIBRARIES: &'static Context<'static> = Box::leak(Box::new(Context::default().with_all()));
+    static LIBRARIES: &'static Context<'static> = Box::leak(Box::new({
+        let mut libraries = Context::default().with_all();
+        super::cel_authorizer::register(&mut libraries);
+        libraries
+    }));
 }
 
 impl Scope {
@@ -104,6 +111,14 @@ impl Scope {
             context,
             variables: HashMap::new(),
         }
+    }
+
+    /// Binds `authorizer`: checks by the request's user against this server's authorizers.
+    pub fn bind_authorizer(&mut self, caller: Caller, request: Target) {
+        self.context.add_variable_from_value(
+            "authorizer",
+            super::cel_authorizer::variable(caller, request),
+        );
     }
 
     /// Binds `variables.<name>` (a policy's variables, each seeing those before it).

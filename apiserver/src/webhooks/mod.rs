@@ -7,6 +7,7 @@
 
 pub mod call;
 pub mod cel;
+pub mod cel_authorizer;
 pub mod matching;
 pub mod plugin;
 pub mod policy;
@@ -17,7 +18,30 @@ pub use policy::Policies;
 use rudder_admission::Attributes;
 use serde_json::Value;
 
+use crate::authz::Authorizer;
 use crate::registry::Registry;
+
+/// The `authorizer` CEL variable for a request: its user asking `authorizer`, about the
+/// request's own resource as `requestResource`.
+pub(crate) fn authorizer_of(
+    authorizer: &std::sync::Arc<dyn Authorizer>,
+    attributes: &Attributes,
+) -> (cel::Caller, cel::Target) {
+    (
+        cel::Caller {
+            authorizer: authorizer.clone(),
+            user: attributes.user.clone(),
+            groups: attributes.groups.clone(),
+        },
+        cel::Target {
+            group: attributes.group.clone(),
+            resource: attributes.resource.clone(),
+            subresource: attributes.subresource.clone().unwrap_or_default(),
+            namespace: attributes.namespace.clone().unwrap_or_default(),
+            name: attributes.name.clone(),
+        },
+    )
+}
 
 /// The Namespace a request is judged with: the one it is in, as the watch cache holds it (as
 /// upstream's plugins read their informers: no store round trip per request), or the

@@ -11,6 +11,7 @@
 //! request under `failurePolicy: Fail` and is skipped under `Ignore`. Warnings reach the
 //! client.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -23,6 +24,7 @@ use rudder_admission::{Attributes, Denied, Mutating, Operation, Validating};
 use super::call::post;
 use super::cel::{Expression, Scope};
 use super::matching::{self, operation_name};
+use crate::authz::Authorizer;
 use crate::kinds::admissionregistration::{
     MUTATING_WEBHOOK_CONFIGURATIONS, VALIDATING_WEBHOOK_CONFIGURATIONS,
 };
@@ -33,20 +35,24 @@ use crate::registry::Registry;
 pub struct Webhooks {
     reader: Registry,
     mutating: bool,
+    /// Answers the `authorizer` variable of `matchConditions`.
+    authorizer: Arc<dyn Authorizer>,
 }
 
 impl Webhooks {
-    pub fn mutating(reader: Registry) -> Self {
+    pub fn mutating(reader: Registry, authorizer: Arc<dyn Authorizer>) -> Self {
         Self {
             reader,
             mutating: true,
+            authorizer,
         }
     }
 
-    pub fn validating(reader: Registry) -> Self {
+    pub fn validating(reader: Registry, authorizer: Arc<dyn Authorizer>) -> Self {
         Self {
             reader,
             mutating: false,
+            authorizer,
         }
     }
 }
@@ -145,11 +151,13 @@ impl Webhooks {
         }
         let review = review_request(request, "");
         let null = Value::Null;
-        let scope = Scope::new(&[
+        let mut scope = Scope::new(&[
             ("object", request.object.unwrap_or(&null)),
             ("oldObject", request.old.unwrap_or(&null)),
             ("request", &review),
         ]);
+        let (caller, target) = super::authorizer_of(&self.authorizer, request.attributes);
+        scope.bind_authorizer(caller, target);
         for condition in conditions {
             let name = condition["name"].as_str().unwrap_or("");
             let expression = Expression::cached(condition["expression"].as_str().unwrap_or(""))?;

@@ -11,6 +11,8 @@
 //! returns a warning, Audit is recorded only in the server's log. An expression that fails to
 //! evaluate is judged by the policy's `failurePolicy`.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use serde_json::Value;
 
@@ -19,6 +21,7 @@ use rudder_admission::{Attributes, Denied, Validating};
 use super::cel::{as_string, Expression, Scope};
 use super::matching;
 use super::plugin::review_of;
+use crate::authz::Authorizer;
 use crate::catalog::ResourceInfo;
 use crate::kinds::admissionregistration::{
     VALIDATING_ADMISSION_POLICIES, VALIDATING_ADMISSION_POLICY_BINDINGS,
@@ -30,11 +33,13 @@ use crate::selectors::LabelSelector;
 /// registry without admission).
 pub struct Policies {
     reader: Registry,
+    authorizer: Arc<dyn Authorizer>,
 }
 
 impl Policies {
-    pub fn new(reader: Registry) -> Self {
-        Self { reader }
+    /// `authorizer` answers the `authorizer` CEL variable's checks.
+    pub fn new(reader: Registry, authorizer: Arc<dyn Authorizer>) -> Self {
+        Self { reader, authorizer }
     }
 }
 
@@ -278,6 +283,8 @@ impl Policies {
                 ("params", &param),
                 ("namespaceObject", &namespace_object),
             ]);
+            let (caller, target) = super::authorizer_of(&self.authorizer, attributes);
+            scope.bind_authorizer(caller, target);
             for condition in spec["matchConditions"].as_array().into_iter().flatten() {
                 let source = condition["expression"].as_str().unwrap_or("");
                 match Expression::cached(source).and_then(|e| e.holds(&scope)) {
