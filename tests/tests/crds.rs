@@ -78,6 +78,33 @@ async fn custom_resources(url: String) {
         "{resources}"
     );
 
+    // A rule whose worst case is too costly is refused when the CRD is written, with
+    // upstream's messages: a quadratic walk over an unbounded list of unbounded strings.
+    let costly = k.file(
+        "costly.yaml",
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: costlies.tls.rudder.test}\nspec:\n  group: tls.rudder.test\n  names: {kind: Costly, plural: costlies}\n  scope: Namespaced\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema:\n        type: object\n        properties:\n          spec:\n            type: object\n            properties:\n              hosts:\n                type: array\n                items: {type: string}\n                x-kubernetes-validations:\n                - rule: \"self.all(a, self.exists_one(b, a == b))\"\n                  message: hosts must be unique\n",
+    );
+    let refused = k.fails(&["apply", "-f", &costly]);
+    assert!(
+        refused.contains("spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[hosts].x-kubernetes-validations[0].rule: Forbidden: estimated rule cost exceeds budget by factor of more than 100x (try simplifying the rule, or adding maxItems, maxProperties, and maxLength where arrays, maps, and strings are declared)")
+            && refused.contains("spec.versions[0].schema.openAPIV3Schema: Forbidden: x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema exceeds budget by factor of more than 100x"),
+        "{refused}"
+    );
+    // Bounds make the same rule affordable.
+    let bounded = std::fs::read_to_string(&costly)
+        .unwrap()
+        .replace(
+            "type: array\n",
+            "type: array\n                maxItems: 50\n",
+        )
+        .replace(
+            "items: {type: string}",
+            "items: {type: string, maxLength: 253}",
+        );
+    let bounded = k.file("bounded.yaml", &bounded);
+    k.ok(&["apply", "-f", &bounded]);
+    k.ok(&["delete", "crd", "costlies.tls.rudder.test"]);
+
     // Created, defaulted and pruned.
     let manifest = k.file("web.yaml", CERTIFICATE);
     k.ok_ns(&["apply", "-f", &manifest]);
@@ -184,7 +211,9 @@ async fn custom_resources(url: String) {
         "{refused}"
     );
     assert!(
-        refused.contains("commonName is 81 characters, at most 64 are allowed"),
+        refused.contains(
+            "the commonName of the certificate for Secret renew is longer than 64 characters"
+        ),
         "messageExpression: {refused}"
     );
     // A transition rule holds on updates.

@@ -398,9 +398,12 @@ fn validate_schema(schema: &Value, path: &str, spec: &Value, version: &str, erro
         api_group: group.to_string(),
         kind: spec["names"]["kind"].as_str().unwrap_or("").to_string(),
     };
-    if let Err(problems) = Rules::compile(schema, root) {
-        for problem in problems {
-            errors.push(FieldError::invalid(at.clone(), "object", problem));
+    match Rules::compile(schema, root) {
+        Err(problems) => {
+            for problem in problems {
+                errors.push(FieldError::invalid(at.clone(), "object", problem));
+            }
         }
+        Ok(_) => super::cost::check(schema, &at, errors),
     }
 }

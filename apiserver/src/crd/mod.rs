@@ -16,6 +16,7 @@
 
 pub mod controller;
 pub mod conversion;
+pub mod cost;
 pub mod jsonpath;
 pub mod kind;
 mod resource;
