@@ -11,6 +11,7 @@
 //! (NamespaceLifecycle reads namespaces, Priority reads PriorityClasses) take a small lookup
 //! trait the apiserver implements.
 
+pub mod audit_annotations;
 mod default_class;
 mod in_use_protection;
 mod limit_ranger;

@@ -196,3 +196,104 @@ fn a_policy_logs_bodies_where_it_asks_and_nothing_where_it_says_none() {
         .iter()
         .all(|event| event["objectRef"]["resource"] == "configmaps"));
 }
+
+/// Admission's audit annotations reach the event: PodSecurity's enforce policy and audit-mode
+/// violations (on a created pod and on one the enforce level refuses), and a
+/// ValidatingAdmissionPolicy's `auditAnnotations` and `Audit` failures.
+#[test]
+fn admission_annotates_the_audit_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.log");
+    let storage = format!("sqlite://{}", dir.path().join("state.db").display());
+    let server = RudderServer::start_with_args(
+        env!("CARGO_BIN_EXE_rudder"),
+        &storage,
+        &[
+            "--disable-controller-manager",
+            "--disable-scheduler",
+            "--disable-agent",
+            "--audit-log-path",
+            log.to_str().unwrap(),
+        ],
+    );
+    let k = Kubectl {
+        server: &server,
+        version: "1.33",
+        namespace: "annotated".into(),
+    };
+    k.ok(&["create", "namespace", "annotated"]);
+    k.ok(&[
+        "label",
+        "namespace",
+        "annotated",
+        "pod-security.kubernetes.io/enforce=baseline",
+        "pod-security.kubernetes.io/audit=restricted",
+    ]);
+    k.ok_ns(&["run", "plain", "--image=busybox"]);
+    let privileged = k.file(
+        "privileged.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: priv, namespace: annotated}\nspec:\n  containers:\n  - {name: shell, image: busybox, securityContext: {privileged: true}}\n",
+    );
+    k.fails(&["apply", "-f", &privileged]);
+    let created = completed(&log, |event| {
+        event["verb"] == "create"
+            && event["objectRef"]["resource"] == "pods"
+            && event["responseStatus"]["code"] == 201
+    });
+    let annotations = &created[0]["annotations"];
+    assert_eq!(
+        annotations["pod-security.kubernetes.io/enforce-policy"],
+        "baseline:latest"
+    );
+    assert!(
+        annotations["pod-security.kubernetes.io/audit-violations"]
+            .as_str()
+            .unwrap()
+            .starts_with("would violate PodSecurity \"restricted:latest\": allowPrivilegeEscalation != false"),
+        "{annotations}"
+    );
+    let refused = completed(&log, |event| {
+        event["verb"] == "create"
+            && event["objectRef"]["resource"] == "pods"
+            && event["responseStatus"]["code"] == 403
+    });
+    assert_eq!(
+        refused[0]["annotations"]["pod-security.kubernetes.io/enforce-policy"], "baseline:latest",
+        "{:?}",
+        refused[0]
+    );
+
+    let policy = k.file(
+        "policy.yaml",
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata: {name: small-configmaps}\nspec:\n  matchConstraints: {resourceRules: [{apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}]}\n  validations:\n  - expression: \"!has(object.data) || size(object.data) <= 1\"\n    message: at most one key\n  auditAnnotations:\n  - key: keys\n    valueExpression: \"'keys: ' + string(has(object.data) ? size(object.data) : 0)\"\n---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\nmetadata: {name: small-configmaps}\nspec: {policyName: small-configmaps, validationActions: [Audit]}\n",
+    );
+    k.ok(&["apply", "-f", &policy]);
+    k.ok_ns(&[
+        "create",
+        "configmap",
+        "big",
+        "--from-literal=a=1",
+        "--from-literal=b=2",
+    ]);
+    let created = completed(&log, |event| {
+        event["verb"] == "create"
+            && event["objectRef"]["resource"] == "configmaps"
+            && event["responseStatus"]["code"] == 201
+    });
+    let annotations = &created[0]["annotations"];
+    assert_eq!(
+        annotations["small-configmaps/keys"], "keys: 2",
+        "{annotations}"
+    );
+    let failures: Value = serde_json::from_str(
+        annotations["validation.policy.admission.k8s.io/validation_failure"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        failures,
+        serde_json::json!([{"message": "at most one key", "policy": "small-configmaps",
+            "binding": "small-configmaps", "expressionIndex": 0, "validationActions": ["Audit"]}])
+    );
+}

@@ -10,9 +10,11 @@
 //! ```
 //!
 //! — one that violates the warn level gets `would violate PodSecurity "…": …` as a warning,
-//! and the audit level's violations are logged. Workloads (their pod templates) are only
-//! warned about and audited, never refused: their pods are. Pod updates are judged only when
-//! an image changes or a container is added, as upstream's.
+//! and the audit level's violations go into the request's audit event
+//! (`pod-security.kubernetes.io/audit-violations`, beside `enforce-policy` and `exempt`).
+//! Workloads (their pod templates) are only warned about and audited, never refused: their
+//! pods are. Pod updates are judged only when an image changes or a container is added, as
+//! upstream's.
 //!
 //! Namespaces are checked too: labels that do not parse refuse a create (and an update that
 //! changes them) with upstream's field errors, and tightening the enforce level warns which of
@@ -28,7 +30,10 @@ use std::collections::{BTreeMap, HashSet};
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::{Attributes, Denied, ObjectReader, Operation, Validating};
+use crate::{audit_annotations, Attributes, Denied, ObjectReader, Operation, Validating};
+
+/// The audit annotation naming why a request was exempt (`namespace`, `user`, `runtimeClass`).
+const EXEMPT_ANNOTATION: &str = "pod-security.kubernetes.io/exempt";
 
 pub use checks::violations;
 pub use policy::{Level, LevelVersion, PodSecurityConfig, Policy};
@@ -358,7 +363,12 @@ impl<R: ObjectReader> Validating for PodSecurity<R> {
         let Some(namespace) = attributes.namespace.as_deref() else {
             return Ok(());
         };
-        if self.exempt_namespace(namespace) || self.exempt_user(&attributes.user) {
+        if self.exempt_namespace(namespace) {
+            audit_annotations::record(EXEMPT_ANNOTATION, "namespace");
+            return Ok(());
+        }
+        if self.exempt_user(&attributes.user) {
+            audit_annotations::record(EXEMPT_ANNOTATION, "user");
             return Ok(());
         }
         let Some(namespace_object) = self
@@ -396,7 +406,14 @@ impl<R: ObjectReader> Validating for PodSecurity<R> {
             }
         }
         if self.exempt_runtime_class(spec) {
+            audit_annotations::record(EXEMPT_ANNOTATION, "runtimeClass");
             return Ok(());
+        }
+        if !errors.is_empty() {
+            audit_annotations::record(
+                "pod-security.kubernetes.io/error",
+                format!("Failed to parse policy: {}", errors.join(", ")),
+            );
         }
         let mut cache: Vec<(LevelVersion, Vec<String>)> = Vec::new();
         let mut evaluate = |of: LevelVersion| -> Vec<String> {
@@ -408,6 +425,10 @@ impl<R: ObjectReader> Validating for PodSecurity<R> {
             found
         };
         if judged_by_enforce {
+            audit_annotations::record(
+                "pod-security.kubernetes.io/enforce-policy",
+                policy.enforce.to_string(),
+            );
             let enforced = evaluate(policy.enforce);
             if !enforced.is_empty() {
                 return Err(Denied::forbidden(format!(
@@ -420,16 +441,13 @@ impl<R: ObjectReader> Validating for PodSecurity<R> {
         }
         let audited = evaluate(policy.audit);
         if !audited.is_empty() {
-            tracing::info!(
-                namespace,
-                name = %attributes.name,
-                resource = %attributes.resource,
-                violations = %format!(
+            audit_annotations::record(
+                "pod-security.kubernetes.io/audit-violations",
+                format!(
                     "would violate PodSecurity \"{}\": {}",
                     policy.audit,
                     joined(&audited)
                 ),
-                "pod-security audit"
             );
         }
         let warned = evaluate(policy.warn);

@@ -96,6 +96,9 @@ pub struct Event {
     pub response_status: Option<Value>,
     pub request_object: Option<Value>,
     pub response_object: Option<Value>,
+    /// What admission recorded (`pod-security.kubernetes.io/audit-violations`, …), shared
+    /// with the request while it runs; written from `ResponseStarted` on.
+    pub annotations: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, String>>>,
 }
 
 fn user_json(user: &UserInfo) -> Value {
@@ -147,6 +150,15 @@ impl Event {
         if level >= Level::RequestResponse && stage == Stage::ResponseComplete {
             if let Some(object) = &self.response_object {
                 out.insert("responseObject".into(), object.clone());
+            }
+        }
+        if stage != Stage::RequestReceived {
+            let annotations = self
+                .annotations
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if !annotations.is_empty() {
+                out.insert("annotations".into(), json!(*annotations));
             }
         }
         out.insert(

@@ -164,7 +164,11 @@ pub async fn audit(State(state): State<AppState>, request: Request, next: Next) 
         request = Request::from_parts(parts, Body::from(bytes));
     }
     auditor.emit(&decision, &event, Stage::RequestReceived);
-    let response = recording_panics(&auditor, &decision, &mut event, next.run(request)).await;
+    let annotated = rudder_admission::audit_annotations::collecting(
+        event.annotations.clone(),
+        next.run(request),
+    );
+    let response = recording_panics(&auditor, &decision, &mut event, annotated).await;
     complete(auditor, decision, event, is_watch, response).await
 }
 

@@ -8,7 +8,8 @@
 //! `parameterNotFoundAction`), the variables in order, then each validation; a failed one
 //! is handled by the binding's `validationActions` — Deny refuses with upstream's message
 //! (`ValidatingAdmissionPolicy '<p>' with binding '<b>' denied request: <message>`), Warn
-//! returns a warning, Audit is recorded only in the server's log. An expression that fails to
+//! returns a warning, Audit goes into the request's audit event (as do the policy's
+//! `auditAnnotations`, under `<policy>/<key>`). An expression that fails to
 //! evaluate is judged by the policy's `failurePolicy`.
 
 use std::sync::Arc;
@@ -46,10 +47,12 @@ impl Policies {
 /// How one binding ended for the request.
 enum Verdict {
     Pass,
-    /// A validation failed: its message and the HTTP code of its reason.
+    /// A validation failed: its message, the HTTP code of its reason, and which validation
+    /// it was (none for a binding's own failure, such as missing params).
     Failed {
         message: String,
         code: u16,
+        index: Option<usize>,
     },
     /// Something could not be evaluated.
     Error(String),
@@ -181,9 +184,34 @@ impl Policies {
                     "failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction (params {reference:?})"
                 ),
                 code: 403,
+                index: None,
             });
         }
         Ok(Some(found))
+    }
+
+    /// The policy's `auditAnnotations` for the request: `<policy>/<key>` and each
+    /// valueExpression's string (a null one is left out; one that fails is logged).
+    fn audit_annotations(policy: &Value, scope: &Scope, into: &mut Vec<(String, String)>) {
+        let name = crate::json::name(policy);
+        for annotation in policy["spec"]["auditAnnotations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let key = annotation["key"].as_str().unwrap_or("");
+            let source = annotation["valueExpression"].as_str().unwrap_or("");
+            match Expression::cached(source).and_then(|e| e.evaluate(scope)) {
+                Ok(value) => {
+                    if let Some(text) = as_string(&value) {
+                        into.push((format!("{name}/{key}"), text));
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(policy = name, key, %error, "an audit annotation failed to evaluate")
+                }
+            }
+        }
     }
 
     /// Evaluates one policy for the request with one param (or none).
@@ -198,7 +226,12 @@ impl Policies {
                 Err(error) => return Verdict::Error(error),
             }
         }
-        for validation in spec["validations"].as_array().into_iter().flatten() {
+        for (index, validation) in spec["validations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
             let source = validation["expression"].as_str().unwrap_or("");
             let holds = Expression::cached(source).and_then(|expression| expression.holds(scope));
             match holds {
@@ -213,7 +246,11 @@ impl Policies {
                         .or_else(|| validation["message"].as_str().map(str::to_string))
                         .unwrap_or_else(|| format!("failed expression: {source}"));
                     let (code, _) = code_of(validation["reason"].as_str());
-                    return Verdict::Failed { message, code };
+                    return Verdict::Failed {
+                        message,
+                        code,
+                        index: Some(index),
+                    };
                 }
                 Err(error) => return Verdict::Error(error),
             }
@@ -225,11 +262,15 @@ impl Policies {
         &self,
         policy: &Value,
         binding: &Value,
-        attributes: &Attributes,
-        object: Option<&Value>,
-        old: Option<&Value>,
-        namespace: Option<&Value>,
+        request: Judged<'_>,
+        audit: &mut AuditRecord,
     ) -> Verdict {
+        let Judged {
+            attributes,
+            object,
+            old,
+            namespace,
+        } = request;
         let spec = &policy["spec"];
         let covered = self
             .resources_match(
@@ -293,7 +334,9 @@ impl Policies {
                     Err(error) => return Verdict::Error(error),
                 }
             }
-            match self.evaluate(policy, &mut scope) {
+            let verdict = self.evaluate(policy, &mut scope);
+            Self::audit_annotations(policy, &scope, &mut audit.annotations);
+            match verdict {
                 Verdict::Pass => {}
                 other => return other,
             }
@@ -334,7 +377,73 @@ impl Validating for Policies {
             .await
             .map_err(failed)?;
         let namespace = super::namespace_of(&self.reader, attributes, object).await;
-        for binding in &bindings {
+        let request = Judged {
+            attributes,
+            object,
+            old,
+            namespace: namespace.as_ref(),
+        };
+        let mut audit = AuditRecord::default();
+        let outcome = self
+            .each_binding(request, &bindings, &policies, &mut audit)
+            .await;
+        audit.record();
+        outcome
+    }
+}
+
+/// The request a policy judges.
+#[derive(Clone, Copy)]
+struct Judged<'a> {
+    attributes: &'a Attributes,
+    object: Option<&'a Value>,
+    old: Option<&'a Value>,
+    namespace: Option<&'a Value>,
+}
+
+/// What the policies give the request's audit event.
+#[derive(Default)]
+struct AuditRecord {
+    /// `auditAnnotations` as `<policy>/<key>` and value.
+    annotations: Vec<(String, String)>,
+    /// The `Audit` failures.
+    failures: Vec<Value>,
+}
+
+impl AuditRecord {
+    /// Writes the annotations (distinct values of one key joined by ", ", as upstream's) and
+    /// the failures as one JSON list under `validation.policy.admission.k8s.io/
+    /// validation_failure`.
+    fn record(self) {
+        let mut by_key: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        for (key, value) in self.annotations {
+            let values = by_key.entry(key).or_default();
+            if !values.contains(&value) {
+                values.push(value);
+            }
+        }
+        for (key, values) in by_key {
+            rudder_admission::audit_annotations::record(key, values.join(", "));
+        }
+        if !self.failures.is_empty() {
+            rudder_admission::audit_annotations::record(
+                "validation.policy.admission.k8s.io/validation_failure",
+                Value::Array(self.failures).to_string(),
+            );
+        }
+    }
+}
+
+impl Policies {
+    /// Judges the request by every binding; the first Deny refuses it.
+    async fn each_binding(
+        &self,
+        request: Judged<'_>,
+        bindings: &[Value],
+        policies: &[Value],
+        audit: &mut AuditRecord,
+    ) -> Result<(), Denied> {
+        for binding in bindings {
             let policy_name = binding["spec"]["policyName"].as_str().unwrap_or("");
             let binding_name = crate::json::name(binding);
             let Some(policy) = policies
@@ -343,33 +452,44 @@ impl Validating for Policies {
             else {
                 continue;
             };
-            let verdict = self
-                .judge(policy, binding, attributes, object, old, namespace.as_ref())
-                .await;
+            let verdict = self.judge(policy, binding, request, audit).await;
             let actions: Vec<&str> = binding["spec"]["validationActions"]
                 .as_array()
                 .into_iter()
                 .flatten()
                 .filter_map(Value::as_str)
                 .collect();
-            let (message, code) = match verdict {
+            let (message, code, index) = match verdict {
                 Verdict::Pass => continue,
-                Verdict::Failed { message, code } => (message, code),
+                Verdict::Failed {
+                    message,
+                    code,
+                    index,
+                } => (message, code, index),
                 Verdict::Error(error) => {
                     if policy["spec"]["failurePolicy"] == "Ignore" {
                         tracing::warn!(policy = policy_name, binding = binding_name, %error, "policy failed to evaluate; ignored by its failure policy");
                         continue;
                     }
-                    (error, 403)
+                    (error, 403, None)
                 }
             };
             if actions.contains(&"Warn") {
-                attributes.warnings.push(format!(
+                request.attributes.warnings.push(format!(
                     "Validation failed for ValidatingAdmissionPolicy '{policy_name}' with binding '{binding_name}': {message}"
                 ));
             }
             if actions.contains(&"Audit") {
-                tracing::info!(policy = policy_name, binding = binding_name, %message, "validation failed (Audit)");
+                let mut failure = serde_json::json!({
+                    "message": message,
+                    "policy": policy_name,
+                    "binding": binding_name,
+                    "validationActions": actions,
+                });
+                if let Some(index) = index {
+                    failure["expressionIndex"] = index.into();
+                }
+                audit.failures.push(failure);
             }
             if actions.contains(&"Deny") {
                 let reason = match code {
