@@ -33,20 +33,23 @@ fn completed(path: &std::path::Path, check: impl Fn(&Value) -> bool) -> Vec<Valu
     }
 }
 
+/// A server on a fresh SQLite file in `dir` writing its audit log to `dir/audit.log`, with
+/// `extra` flags; and the log's path.
+fn audited_server(dir: &tempfile::TempDir, extra: &[&str]) -> (RudderServer, std::path::PathBuf) {
+    let log = dir.path().join("audit.log");
+    let storage = format!("sqlite://{}", dir.path().join("state.db").display());
+    let mut args = vec!["--disable-controller-manager", "--audit-log-path"];
+    let log_arg = log.display().to_string();
+    args.push(&log_arg);
+    args.extend_from_slice(extra);
+    let server = RudderServer::start_with_args(env!("CARGO_BIN_EXE_rudder"), &storage, &args);
+    (server, log)
+}
+
 #[test]
 fn requests_are_audited_without_secret_data() {
     let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("audit.log");
-    let storage = format!("sqlite://{}", dir.path().join("state.db").display());
-    let server = RudderServer::start_with_args(
-        env!("CARGO_BIN_EXE_rudder"),
-        &storage,
-        &[
-            "--disable-controller-manager",
-            "--audit-log-path",
-            log.to_str().unwrap(),
-        ],
-    );
+    let (server, log) = audited_server(&dir, &[]);
     let k = Kubectl {
         server: &server,
         version: "1.33",
@@ -152,25 +155,13 @@ fn requests_are_audited_without_secret_data() {
 #[test]
 fn a_policy_logs_bodies_where_it_asks_and_nothing_where_it_says_none() {
     let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("audit.log");
     let policy = dir.path().join("policy.yaml");
     std::fs::write(
         &policy,
         "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n  - level: RequestResponse\n    resources:\n      - group: \"\"\n        resources: [configmaps]\n  - level: None\n",
     )
     .unwrap();
-    let storage = format!("sqlite://{}", dir.path().join("state.db").display());
-    let server = RudderServer::start_with_args(
-        env!("CARGO_BIN_EXE_rudder"),
-        &storage,
-        &[
-            "--disable-controller-manager",
-            "--audit-log-path",
-            log.to_str().unwrap(),
-            "--audit-policy-file",
-            policy.to_str().unwrap(),
-        ],
-    );
+    let (server, log) = audited_server(&dir, &["--audit-policy-file", policy.to_str().unwrap()]);
     let k = Kubectl {
         server: &server,
         version: "1.33",
@@ -203,19 +194,7 @@ fn a_policy_logs_bodies_where_it_asks_and_nothing_where_it_says_none() {
 #[test]
 fn admission_annotates_the_audit_event() {
     let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("audit.log");
-    let storage = format!("sqlite://{}", dir.path().join("state.db").display());
-    let server = RudderServer::start_with_args(
-        env!("CARGO_BIN_EXE_rudder"),
-        &storage,
-        &[
-            "--disable-controller-manager",
-            "--disable-scheduler",
-            "--disable-agent",
-            "--audit-log-path",
-            log.to_str().unwrap(),
-        ],
-    );
+    let (server, log) = audited_server(&dir, &["--disable-scheduler", "--disable-agent"]);
     let k = Kubectl {
         server: &server,
         version: "1.33",
