@@ -703,6 +703,10 @@ pub async fn start(
         crate::aggregator::client::Client::new(&front_proxy, tasks.clone(), shutdown.clone())
             .map_err(StartError::Pki)?,
     ));
+    tasks.spawn(crate::webhooks::status::run(
+        registry.clone(),
+        shutdown.clone(),
+    ));
     let (apiservices_synced, synced) = tokio::sync::oneshot::channel();
     tasks.spawn(crate::aggregator::controller::run(
         registry.clone(),

@@ -375,6 +375,34 @@ async fn a_validating_admission_policy_with_a_param_limits_replicas() {
     );
     k.ok(&["create", "-f", &system_cm("by-admin")]);
 
+    // The policy's expressions are type-checked against the kinds it matches: a field
+    // Deployments do not have is a warning in its status.
+    let typo = k.file(
+        "typo.yaml",
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata: {name: typo}\nspec:\n  matchConstraints: {resourceRules: [{apiGroups: [apps], apiVersions: [v1], operations: [CREATE], resources: [deployments]}]}\n  validations: [{expression: \"object.spec.replicass > 1\"}]\n",
+    );
+    k.ok(&["apply", "-f", &typo]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let status = loop {
+        let policy = k.json(&["get", "validatingadmissionpolicy", "typo"]);
+        if policy["status"]["observedGeneration"] == 1 || std::time::Instant::now() > deadline {
+            break policy["status"].clone();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(
+        status["typeChecking"]["expressionWarnings"],
+        serde_json::json!([{"fieldRef": "spec.validations[0].expression",
+            "warning": "apps/v1, Kind=Deployment: ERROR: <input>:1:12: undefined field 'replicass'\n | object.spec.replicass > 1\n | ...........^"}]),
+        "{status}"
+    );
+    let clean = k.json(&["get", "validatingadmissionpolicy", "replica-limit"]);
+    assert_eq!(
+        clean["status"]["typeChecking"],
+        serde_json::json!({}),
+        "{clean}"
+    );
+
     // A policy whose expression does not compile is refused when written.
     let broken = k.file(
         "broken.yaml",

@@ -97,18 +97,11 @@ async fn follow(
         }
         let _ = synced.send(());
     }
-    let mut options = ListOptions::everything();
-    options.resource_version = Some(revision.to_string());
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(3600);
-    let mut events = match registry
-        .watch(&API_SERVICES, None, &options, deadline)
+    let Some(mut events) = registry
+        .watch_kind_from(&API_SERVICES, revision, "APIServices")
         .await
-    {
-        Ok(events) => events,
-        Err(error) => {
-            tracing::warn!(error = %error.message, "watching APIServices");
-            return;
-        }
+    else {
+        return;
     };
     let mut recheck = tokio::time::interval(RECHECK);
     recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

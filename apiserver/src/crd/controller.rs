@@ -66,15 +66,11 @@ async fn follow(
     if let Some(synced) = synced.take() {
         let _ = synced.send(());
     }
-    let mut options = ListOptions::everything();
-    options.resource_version = Some(revision.to_string());
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(3600);
-    let mut events = match registry.watch(info, None, &options, deadline).await {
-        Ok(events) => events,
-        Err(error) => {
-            tracing::warn!(error = %error.message, "watching CustomResourceDefinitions");
-            return;
-        }
+    let Some(mut events) = registry
+        .watch_kind_from(info, revision, "CustomResourceDefinitions")
+        .await
+    else {
+        return;
     };
     // A deletion held up by objects with finalizers of their own is tried again.
     let mut retry = tokio::time::interval(Duration::from_secs(5));

@@ -247,3 +247,23 @@ fn fnv1a_128(bytes: &[u8]) -> u128 {
         (hash ^ u128::from(*byte)).wrapping_mul(PRIME)
     })
 }
+
+/// A built-in kind's schema as upstream's definitions give it, for walking field paths (the
+/// ValidatingAdmissionPolicy type check): nodes may `$ref` other definitions, which
+/// [`resolve_ref`] follows.
+pub fn kind_schema(group: &str, version: &str, kind: &str) -> Option<&'static Value> {
+    let data = schemas::data();
+    let name = data.definition_of(group, version, kind)?;
+    data.definitions.get(name)
+}
+
+/// `node`, or the definition it refers to (`$ref`, or `allOf: [{$ref}]`).
+pub fn resolve_ref(node: &Value) -> &Value {
+    let reference = node["$ref"]
+        .as_str()
+        .or_else(|| node["allOf"][0]["$ref"].as_str());
+    reference
+        .and_then(|r| r.strip_prefix("#/definitions/"))
+        .and_then(|name| schemas::data().definitions.get(name))
+        .unwrap_or(node)
+}

@@ -202,6 +202,27 @@ fn next_page_size(items: &[super::Listed]) -> i64 {
 }
 
 impl Registry {
+    /// Every object of `info` from `revision` on, for the controllers inside the apiserver
+    /// (an hour at most; they list and watch again when it ends). A failure is logged with
+    /// `what` and is `None`.
+    pub async fn watch_kind_from(
+        &self,
+        info: &'static ResourceInfo,
+        revision: i64,
+        what: &str,
+    ) -> Option<WatchEvents> {
+        let mut options = ListOptions::everything();
+        options.resource_version = Some(revision.to_string());
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(3600);
+        match self.watch(info, None, &options, deadline).await {
+            Ok(events) => Some(events),
+            Err(error) => {
+                tracing::warn!(error = %error.message, "watching {what}");
+                None
+            }
+        }
+    }
+
     /// Starts a watch; events arrive until the client goes away or stops reading, `deadline`
     /// passes, the store fails, or the watch is closed for falling behind. What the watcher
     /// holds for its client is bounded by [`WATCHER_BUDGET_BYTES`], and a replay of the

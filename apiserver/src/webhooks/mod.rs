@@ -1,8 +1,10 @@
 //! Admission configured through the API: the webhook plugins (MutatingAdmissionWebhook and
 //! ValidatingAdmissionWebhook, [`plugin`]) that call the webhooks of the stored webhook
 //! configurations over HTTPS ([`call`]), and ValidatingAdmissionPolicy ([`policy`]), which
-//! judges requests by CEL ([`cel`]). Both decide which requests they see the same way
-//! ([`matching`]) and read their configuration live through a registry without admission.
+//! judges requests by CEL ([`cel`]), type-checked against the kinds they match
+//! ([`typecheck`], written to their status by [`status`]). Both decide which requests they
+//! see the same way ([`matching`]) and read their configuration live through a registry
+//! without admission.
 //! See docs/admission.md.
 
 pub mod call;
@@ -11,6 +13,8 @@ pub mod cel_authorizer;
 pub mod matching;
 pub mod plugin;
 pub mod policy;
+pub mod status;
+pub mod typecheck;
 
 pub use plugin::Webhooks;
 pub use policy::Policies;
