@@ -23,9 +23,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Aggregator, Remote, Routes};
 use crate::authn::UserInfo;
-use crate::catalog::Subresource;
 use crate::kinds::apiregistration::API_SERVICES;
-use crate::registry::{system_write, Registry, WatchEventKind};
+use crate::registry::{Registry, WatchEventKind};
 use crate::request::ListOptions;
 
 /// How often every APIService is checked again, changes or not.
@@ -289,27 +288,10 @@ fn changed_status(object: &Value, availability: &Availability) -> Option<Value> 
 }
 
 async fn write_status(registry: &Registry, object: &Value, status: Value) {
-    let name = crate::json::name(object).to_string();
-    let result = registry
-        .update_with(
-            &API_SERVICES,
-            None,
-            &name,
-            Some(Subresource::Status),
-            &system_write(),
-            |current| {
-                let mut next = current.clone();
-                next["status"] = status.clone();
-                crate::registry::object::remove_meta(&mut next, "resourceVersion");
-                Ok(next)
-            },
-        )
-        .await;
-    if let Err(error) = result {
-        if !error.is_not_found() && !error.is_conflict() {
-            tracing::warn!(apiservice = %name, error = %error.message, "writing an APIService's status");
-        }
-    }
+    crate::registry::write_own_status(registry, &API_SERVICES, crate::json::name(object), |_| {
+        Some(status.clone())
+    })
+    .await;
 }
 
 #[cfg(test)]

@@ -21,7 +21,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::kind::{set_condition, CLEANUP_FINALIZER, CUSTOM_RESOURCE_DEFINITIONS};
 use super::CustomResources;
-use crate::catalog::Subresource;
 use crate::registry::{system_write, DeleteOptions, Registry, WatchEventKind};
 use crate::request::ListOptions;
 
@@ -256,28 +255,14 @@ fn with_status(crd: &Value, names: &Names) -> Value {
 }
 
 async fn write_status(registry: &Registry, crd: &Value, wanted: Value) {
-    let name = crate::json::name(crd).to_string();
     let status = wanted["status"].clone();
-    let result = registry
-        .update_with(
-            &CUSTOM_RESOURCE_DEFINITIONS,
-            None,
-            &name,
-            Some(Subresource::Status),
-            &system_write(),
-            |current| {
-                let mut next = current.clone();
-                next["status"] = status.clone();
-                crate::registry::object::remove_meta(&mut next, "resourceVersion");
-                Ok(next)
-            },
-        )
-        .await;
-    if let Err(error) = result {
-        if !error.is_not_found() {
-            tracing::warn!(crd = %name, error = %error.message, "writing a CRD's status");
-        }
-    }
+    crate::registry::write_own_status(
+        registry,
+        &CUSTOM_RESOURCE_DEFINITIONS,
+        crate::json::name(crd),
+        |_| Some(status.clone()),
+    )
+    .await;
 }
 
 /// Deletes every object of a CRD being deleted, then lets the CRD go.

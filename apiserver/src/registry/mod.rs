@@ -33,7 +33,7 @@ pub use allocator::{Allocators, Cidr};
 pub use cluster_info::publish_cluster_info;
 pub use list::{decode_continue, ListResult, Listed};
 pub use metrics::WatchMetrics;
-pub use namespaces::{bootstrap, system_write, StoredNamespaces};
+pub use namespaces::{bootstrap, system_write, write_own_status, StoredNamespaces};
 pub use object_count::{spawn_object_counter, DEFAULT_COUNT_PERIOD};
 pub use store::{DeleteOptions, DeleteResult, Input, Preconditions, Propagation};
 pub use watch::{WatchEvent, WatchEventKind, WatchEvents};

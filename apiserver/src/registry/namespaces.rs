@@ -18,6 +18,39 @@ use rudder_facts::namespaces::SYSTEM_NAMESPACES;
 /// The cluster DNS Service, `kube-system/kube-dns` as in every distribution.
 pub const CLUSTER_DNS_SERVICE: &str = "kube-dns";
 
+/// Writes the status of the cluster-scoped `info` object `name` as the apiserver's own
+/// controllers do: `status_of` turns the current object's status into the one to store (or
+/// `None` to leave it), retried on conflicts; a gone object is no error, another is logged.
+pub async fn write_own_status(
+    registry: &super::Registry,
+    info: &'static crate::catalog::ResourceInfo,
+    name: &str,
+    status_of: impl Fn(&serde_json::Value) -> Option<serde_json::Value> + Send + Sync,
+) {
+    let result = registry
+        .update_with(
+            info,
+            None,
+            name,
+            Some(crate::catalog::Subresource::Status),
+            &system_write(),
+            |current| {
+                let mut next = current.clone();
+                if let Some(status) = status_of(current) {
+                    next["status"] = status;
+                }
+                super::object::remove_meta(&mut next, "resourceVersion");
+                Ok(next)
+            },
+        )
+        .await;
+    if let Err(error) = result {
+        if !error.is_not_found() && !error.is_conflict() {
+            tracing::warn!(kind = info.kind, %name, error = %error.message, "writing a status");
+        }
+    }
+}
+
 /// The apiserver's own writes (bootstrap objects, CRD status): a system:masters caller.
 pub fn system_write() -> Write {
     Write {

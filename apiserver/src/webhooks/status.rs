@@ -10,9 +10,8 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::catalog::Subresource;
 use crate::kinds::admissionregistration::VALIDATING_ADMISSION_POLICIES;
-use crate::registry::{system_write, Registry, WatchEventKind};
+use crate::registry::{Registry, WatchEventKind};
 use crate::request::ListOptions;
 
 /// Runs until `shutdown`: a list, then the watch after it, again after a second when the
@@ -77,34 +76,24 @@ async fn reconcile(registry: &Registry, policy: &Value) {
         return;
     }
     let warnings = super::typecheck::expression_warnings(policy, &registry.custom().served());
-    let name = crate::json::name(policy).to_string();
-    let result = registry
-        .update_with(
-            &VALIDATING_ADMISSION_POLICIES,
-            None,
-            &name,
-            Some(Subresource::Status),
-            &system_write(),
-            |current| {
-                let mut next = current.clone();
-                // A newer generation arrived meanwhile: its own event writes its status.
-                if current["metadata"]["generation"].as_i64() != Some(generation) {
-                    return Ok(next);
-                }
-                let mut type_checking = json!({});
-                if !warnings.is_empty() {
-                    type_checking["expressionWarnings"] = json!(warnings);
-                }
-                next["status"]["observedGeneration"] = json!(generation);
-                next["status"]["typeChecking"] = type_checking;
-                crate::registry::object::remove_meta(&mut next, "resourceVersion");
-                Ok(next)
-            },
-        )
-        .await;
-    if let Err(error) = result {
-        if !error.is_not_found() && !error.is_conflict() {
-            tracing::warn!(policy = %name, error = %error.message, "writing a ValidatingAdmissionPolicy's status");
-        }
-    }
+    crate::registry::write_own_status(
+        registry,
+        &VALIDATING_ADMISSION_POLICIES,
+        crate::json::name(policy),
+        |current| {
+            // A newer generation arrived meanwhile: its own event writes its status.
+            if current["metadata"]["generation"].as_i64() != Some(generation) {
+                return None;
+            }
+            let mut status = current["status"].clone();
+            let mut type_checking = json!({});
+            if !warnings.is_empty() {
+                type_checking["expressionWarnings"] = json!(warnings);
+            }
+            status["observedGeneration"] = json!(generation);
+            status["typeChecking"] = type_checking;
+            Some(status)
+        },
+    )
+    .await;
 }
