@@ -58,6 +58,9 @@ async fn serve(request: hyper::Request<Incoming>, state: Shared) -> Answer {
     state.lock().unwrap().callers.push((user.clone(), groups));
     let method = request.method().clone();
     let path = request.uri().path().to_string();
+    if path == format!("/openapi/v3/apis/{GROUP_VERSION}") {
+        return json_answer(200, &openapi_document());
+    }
     let prefix = format!("/apis/{GROUP_VERSION}");
     let Some(rest) = path.strip_prefix(&prefix) else {
         return not_found(&path);
@@ -114,6 +117,30 @@ async fn serve(request: hyper::Request<Incoming>, state: Shared) -> Answer {
         }
         _ => not_found(&path),
     }
+}
+
+/// The wardle server's OpenAPI v3 document of its group-version.
+fn openapi_document() -> Value {
+    let get = json!({"get": {
+        "x-kubernetes-action": "get",
+        "x-kubernetes-group-version-kind":
+            {"group": "wardle.example.com", "version": "v1alpha1", "kind": "Flunder"},
+        "responses": {"200": {"description": "OK", "content": {"application/json": {"schema":
+            {"$ref": "#/components/schemas/com.example.wardle.v1alpha1.Flunder"}}}}}}});
+    json!({"openapi": "3.0.0", "info": {"title": "Wardle", "version": "v1alpha1"},
+        "paths": {"/apis/wardle.example.com/v1alpha1/namespaces/{namespace}/flunders/{name}": get},
+        "components": {"schemas": {"com.example.wardle.v1alpha1.Flunder": {
+            "type": "object",
+            "description": "A Flunder is what the wardle server keeps.",
+            "properties": {
+                "apiVersion": {"type": "string"},
+                "kind": {"type": "string"},
+                "metadata": {"type": "object"},
+                "spec": {"type": "object", "description": "What a flunder is made of.",
+                    "properties": {"reference": {"type": "string",
+                        "description": "The name of another flunder this one points at."}}}},
+            "x-kubernetes-group-version-kind": [
+                {"group": "wardle.example.com", "version": "v1alpha1", "kind": "Flunder"}]}}}})
 }
 
 /// The wardle server: a certificate for `api.wardle.svc`, and only the proxy's client
@@ -276,6 +303,18 @@ async fn an_extension_apiserver_serves_its_group_through_the_aggregator() {
     );
     let groups = k.ok(&["get", "--raw", "/apis"]);
     assert!(groups.contains("\"wardle.example.com\""), "{groups}");
+    // Its OpenAPI is aggregated: kubectl explain reads the extension's schema.
+    let index = k.ok(&["get", "--raw", "/openapi/v3"]);
+    assert!(
+        index.contains("\"apis/wardle.example.com/v1alpha1\""),
+        "{index}"
+    );
+    let explained = k.ok(&["explain", "flunders.spec"]);
+    assert!(
+        explained.contains("What a flunder is made of.")
+            && explained.contains("The name of another flunder this one points at."),
+        "{explained}"
+    );
     let flunder = k.file("flunder.yaml", FLUNDER);
     k.ok(&["create", "-f", &flunder]);
     let listed = k.ok_ns(&["get", "flunders"]);

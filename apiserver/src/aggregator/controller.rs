@@ -202,6 +202,16 @@ async fn check(registry: &Registry, aggregator: &Aggregator, remote: &mut Remote
         Ok(Ok(resources)) => {
             remote.available = true;
             remote.resources = resources;
+            let openapi = format!("/openapi/v3/apis/{}/{}", remote.group, remote.version);
+            remote.openapi_v3 =
+                tokio::time::timeout(CHECK_TIMEOUT, get(aggregator, remote, &authority, &openapi))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .filter(|body| {
+                        serde_json::from_slice::<Value>(body).is_ok_and(|v| v.is_object())
+                    })
+                    .map(crate::openapi::Document::from_bytes);
             ("True", "Passed", "all checks passed".to_string())
         }
         Ok(Err(error)) => (
@@ -227,6 +237,19 @@ async fn discover(
     authority: &str,
     path: &str,
 ) -> Result<Option<Vec<Value>>, String> {
+    let body = get(aggregator, remote, authority, path).await?;
+    let list: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    Ok(list["resources"].as_array().cloned())
+}
+
+/// `GET path` (JSON) from the extension apiserver as `system:kube-aggregator`: the body of a
+/// 2xx answer (at most [`MAX_DISCOVERY_BYTES`]), else an error in upstream's words.
+async fn get(
+    aggregator: &Aggregator,
+    remote: &Remote,
+    authority: &str,
+    path: &str,
+) -> Result<bytes::Bytes, String> {
     let mut request = http::Request::get(path)
         .header(http::header::ACCEPT, "application/json")
         .body(Body::empty())
@@ -243,13 +266,11 @@ async fn discover(
     if !status.is_success() {
         return Err(format!("bad status from {url}: {}", status.as_u16()));
     }
-    let body = Limited::new(answer.into_body(), MAX_DISCOVERY_BYTES)
+    Limited::new(answer.into_body(), MAX_DISCOVERY_BYTES)
         .collect()
         .await
-        .map_err(|error| format!("reading {url}: {error}"))?
-        .to_bytes();
-    let list: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    Ok(list["resources"].as_array().cloned())
+        .map(|collected| collected.to_bytes())
+        .map_err(|error| format!("reading {url}: {error}"))
 }
 
 /// The status `object` should have for `availability`, when it differs from its own (a

@@ -114,6 +114,7 @@ mod tests {
             insecure_skip_tls_verify: false,
             available: true,
             resources: None,
+            openapi_v3: None,
         }
     }
 

@@ -55,6 +55,9 @@ pub struct Remote {
     pub available: bool,
     /// The `resources` of the APIResourceList it last answered for its group-version.
     pub resources: Option<Vec<Value>>,
+    /// Its OpenAPI v3 document of the group-version, when it serves one (fetched with each
+    /// check, served by this server under `/openapi/v3/apis/<group>/<version>`).
+    pub openapi_v3: Option<crate::openapi::Document>,
 }
 
 /// `spec.service` of an APIService.
@@ -99,6 +102,7 @@ impl Remote {
             insecure_skip_tls_verify: spec["insecureSkipTLSVerify"].as_bool().unwrap_or(false),
             available: false,
             resources: None,
+            openapi_v3: None,
         })
     }
 }
@@ -141,6 +145,23 @@ impl Aggregator {
 
     pub fn client(&self) -> &client::Client {
         &self.client
+    }
+
+    /// The OpenAPI v3 documents of the available remote group-versions, by
+    /// `apis/<group>/<version>`.
+    pub fn openapi_v3(&self) -> Vec<(String, crate::openapi::Document)> {
+        self.routes()
+            .remote
+            .values()
+            .filter(|remote| remote.available)
+            .filter_map(|remote| {
+                let document = remote.openapi_v3.clone()?;
+                Some((
+                    format!("apis/{}/{}", remote.group, remote.version),
+                    document,
+                ))
+            })
+            .collect()
     }
 
     /// The remote APIService serving `path` (`/apis/<group>/<version>[/…]`), if one does.

@@ -46,8 +46,22 @@ fn cached(body: bytes::Bytes, hash: &str, headers: &HeaderMap, pinned: bool) -> 
         .into_response()
 }
 
+/// The OpenAPI v3 documents aggregated extension apiservers serve.
+fn remote_documents(state: &AppState) -> Vec<(String, openapi::Document)> {
+    state
+        .aggregator
+        .as_ref()
+        .map(|aggregator| aggregator.openapi_v3())
+        .unwrap_or_default()
+}
+
 pub async fn v3_index(State(state): State<AppState>) -> Response {
-    axum::Json(openapi::v3_index(&state.registry.custom().served())).into_response()
+    let remote = remote_documents(&state);
+    axum::Json(openapi::v3_index(
+        &state.registry.custom().served(),
+        &remote,
+    ))
+    .into_response()
 }
 
 pub async fn v3_document(
@@ -56,7 +70,16 @@ pub async fn v3_document(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Response {
-    let Some(document) = openapi::v3_document(&path, &state.registry.custom().served()) else {
+    let remote = || {
+        let wanted = path.trim_start_matches('/');
+        remote_documents(&state)
+            .into_iter()
+            .find(|(at, _)| at == wanted)
+            .map(|(_, document)| document)
+    };
+    let Some(document) =
+        openapi::v3_document(&path, &state.registry.custom().served()).or_else(remote)
+    else {
         return ApiError::path_not_found().into_response();
     };
     let query = Query::parse(query.as_deref());

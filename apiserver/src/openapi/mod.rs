@@ -32,7 +32,7 @@ use crate::crd::Served;
 const INFO_VERSION: &str = "v1.33.0";
 
 /// A built document.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Document {
     pub bytes: Bytes,
     pub hash: String,
@@ -40,12 +40,13 @@ pub struct Document {
 
 impl Document {
     fn new(value: &Value) -> Self {
-        let bytes = serde_json::to_vec(value).unwrap_or_default();
+        Self::from_bytes(Bytes::from(serde_json::to_vec(value).unwrap_or_default()))
+    }
+
+    /// A document as another server served it (an extension apiserver's), hashed here.
+    pub fn from_bytes(bytes: Bytes) -> Self {
         let hash = format!("{:032X}", fnv1a_128(&bytes));
-        Document {
-            bytes: Bytes::from(bytes),
-            hash,
-        }
+        Document { bytes, hash }
     }
 }
 
@@ -99,13 +100,16 @@ fn custom_documents(custom: &Served) -> Option<Arc<CustomDocuments>> {
 }
 
 /// `/openapi/v3`: `{"paths": {"api/v1": {"serverRelativeURL": "/openapi/v3/api/v1?hash=<HASH>"},
-/// "apis/apps/v1": {...}, ...}}` for every group-version served, custom ones too.
-pub fn v3_index(custom: &Served) -> Value {
+/// "apis/apps/v1": {...}, ...}}` for every group-version served, custom ones too, and the
+/// `remote` ones aggregated extension apiservers serve (`apis/<group>/<version>`).
+pub fn v3_index(custom: &Served, remote: &[(String, Document)]) -> Value {
     let documents = custom_documents(custom);
     let custom_v3 = documents.iter().flat_map(|docs| docs.v3.iter());
+    let remote = remote.iter().map(|(path, document)| (path, document));
     let paths: Map<String, Value> = V3
         .iter()
         .chain(custom_v3)
+        .chain(remote)
         .map(|(path, document)| {
             let url = format!("/openapi/v3/{path}?hash={}", document.hash);
             (path.clone(), json!({ "serverRelativeURL": url }))
