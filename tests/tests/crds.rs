@@ -90,19 +90,40 @@ async fn custom_resources(url: String) {
             && refused.contains("spec.versions[0].schema.openAPIV3Schema: Forbidden: x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema exceeds budget by factor of more than 100x"),
         "{refused}"
     );
-    // Bounds make the same rule affordable.
+    // Bounds make the same rule affordable; a full list still costs more than one call may
+    // spend at runtime (1M), so an object that fills it is refused before the rule runs.
     let bounded = std::fs::read_to_string(&costly)
         .unwrap()
         .replace(
             "type: array\n",
-            "type: array\n                maxItems: 50\n",
+            "type: array\n                maxItems: 1000\n",
         )
         .replace(
             "items: {type: string}",
-            "items: {type: string, maxLength: 253}",
+            "items: {type: string, maxLength: 4}",
         );
     let bounded = k.file("bounded.yaml", &bounded);
     k.ok(&["apply", "-f", &bounded]);
+    k.ok(&[
+        "wait",
+        "--for",
+        "condition=established",
+        "--timeout=20s",
+        "crd/costlies.tls.rudder.test",
+    ]);
+    let costly_object = |name: &str, hosts: usize| {
+        let hosts: Vec<String> = (0..hosts).map(|i| format!("h{i}")).collect();
+        k.file(
+            &format!("{name}.yaml"),
+            &format!("apiVersion: tls.rudder.test/v1\nkind: Costly\nmetadata: {{name: {name}}}\nspec: {{hosts: [{}]}}\n", hosts.join(", ")),
+        )
+    };
+    k.ok_ns(&["apply", "-f", &costly_object("few", 10)]);
+    let refused = k.fails_ns(&["apply", "-f", &costly_object("many", 1000)]);
+    assert!(
+        refused.contains("spec.hosts: Invalid value: \"array\": 'operation cancelled: actual cost limit exceeded': no further validation rules will be run due to call cost exceeds limit for rule: hosts must be unique"),
+        "{refused}"
+    );
     k.ok(&["delete", "crd", "costlies.tls.rudder.test"]);
 
     // Created, defaulted and pruned.

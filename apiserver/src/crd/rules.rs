@@ -3,7 +3,8 @@
 //! with `oldSelf` (run on updates only, unless `optionalOldSelf`), `message` and
 //! `messageExpression`, `reason` and `fieldPath`. Failures become upstream's field errors:
 //! `spec: Invalid value: "object": <message>` (or Forbidden / Required / Duplicate when the
-//! rule names that reason).
+//! rule names that reason). A write that would run out of the runtime cost budgets is refused
+//! before they run ([`super::cost::runtime`]).
 
 use std::sync::Arc;
 
@@ -22,6 +23,8 @@ pub struct Rules {
     compiled: Arc<CompiledSchema>,
     root: RootContext,
     schema: Value,
+    /// Whether a write could run out of the runtime cost budgets, so is costed first.
+    costed: bool,
 }
 
 impl Rules {
@@ -41,11 +44,18 @@ impl Rules {
             compiled: Arc::new(compiled),
             root,
             schema: schema.clone(),
+            costed: super::cost::may_exceed_runtime_budget(schema),
         }))
     }
 
     /// Evaluates every rule against `object` (and `old`, on an update).
     pub fn validate(&self, object: &Value, old: Option<&Value>, errors: &mut Errs) {
+        if self.costed {
+            if let Some(out_of_budget) = super::cost::runtime::check(&self.schema, object, old) {
+                errors.push(out_of_budget);
+                return;
+            }
+        }
         let outcome = VALIDATOR.with(|validator| {
             validator.validate_compiled_with_context(&self.compiled, object, old, Some(&self.root))
         });

@@ -33,6 +33,8 @@ impl Estimator {
                     return (add(cost, 1), Shape::scalar());
                 }
                 let field = match &operand.kind {
+                    // Under a value that is not there (an actual object's missing field).
+                    Kind::Nothing => Shape::new(0, 0, Kind::Nothing),
                     Kind::Object(fields) => fields
                         .get(&select.field)
                         .cloned()
@@ -335,11 +337,16 @@ fn literal_shape(literal: &LiteralValue) -> Shape {
 /// it does not parse (compilation reports that).
 pub(super) fn estimate(source: &str, shape: &Shape) -> Option<u64> {
     let program = Program::compile(source).ok()?;
+    Some(estimate_parsed(&program, shape))
+}
+
+/// [`estimate`] of an expression already parsed.
+pub(super) fn estimate_parsed(program: &Program, shape: &Shape) -> u64 {
     let mut estimator = Estimator {
         scope: vec![
             ("self".into(), shape.clone()),
             ("oldSelf".into(), shape.clone()),
         ],
     };
-    Some(estimator.cost(program.expression()).0)
+    estimator.cost(program.expression()).0
 }

@@ -20,6 +20,7 @@
 //! size is not known from the schema or a literal count as unbounded, as cel-go counts them.
 
 mod estimate;
+pub mod runtime;
 mod shape;
 
 use serde_json::Value;
@@ -77,11 +78,30 @@ impl Total {
     }
 }
 
+/// One expression's estimate: where it is, what it is, what one call costs, and that times
+/// its cardinality.
+struct Estimated {
+    path: String,
+    what: &'static str,
+    per_call: u64,
+    total: u64,
+}
+
 /// Checks the cost of every rule of the schema at `at` (`spec.versions[i].schema.
 /// openAPIV3Schema`), adding upstream's Forbidden errors.
 pub fn check(schema: &Value, at: &str, errors: &mut Errs) {
+    let mut estimated = Vec::new();
+    walk(schema, at, Some(1), true, &mut estimated);
     let mut total = Total::default();
-    walk(schema, at, Some(1), true, &mut total, errors);
+    for one in estimated {
+        if one.total > STATIC_ESTIMATED_COST_LIMIT {
+            errors.push(FieldError::forbidden(
+                one.path.clone(),
+                over_budget(one.what, one.total, STATIC_ESTIMATED_COST_LIMIT),
+            ));
+        }
+        total.observe(one.path, one.total);
+    }
     if total.total > STATIC_ESTIMATED_CRD_COST_LIMIT {
         for (path, _) in &total.costliest {
             errors.push(FieldError::forbidden(
@@ -98,6 +118,19 @@ pub fn check(schema: &Value, at: &str, errors: &mut Errs) {
             ),
         ));
     }
+}
+
+/// Whether an object of this schema could ever run out of the runtime budgets: only then are
+/// its writes costed before their rules run ([`runtime`]); for the rest the estimate proves
+/// they cannot.
+pub fn may_exceed_runtime_budget(schema: &Value) -> bool {
+    let mut estimated = Vec::new();
+    walk(schema, "", Some(1), true, &mut estimated);
+    let total = estimated.iter().fold(0, |sum, one| add(sum, one.total));
+    total > runtime::RUNTIME_COST_BUDGET
+        || estimated
+            .iter()
+            .any(|one| one.per_call > runtime::PER_CALL_LIMIT)
 }
 
 /// How many of a node's children each of its instances can hold (`None`: unbounded).
@@ -120,8 +153,7 @@ fn walk(
     at: &str,
     cardinality: Option<u64>,
     is_root: bool,
-    total: &mut Total,
-    errors: &mut Errs,
+    estimated: &mut Vec<Estimated>,
 ) {
     if let Some(rules) = schema["x-kubernetes-validations"].as_array() {
         let (shape, min_size) = shape_of(schema, is_root);
@@ -134,18 +166,19 @@ fn walk(
                 let Some(source) = rule[field].as_str().filter(|s| !s.is_empty()) else {
                     continue;
                 };
-                let Some(cost) = estimate(source, &shape) else {
+                let Some(per_call) = estimate(source, &shape) else {
                     continue;
                 };
-                let cost = if cost == 0 { 0 } else { mul(cost, times) };
-                let path = format!("{at}.x-kubernetes-validations[{i}].{field}");
-                if cost > STATIC_ESTIMATED_COST_LIMIT {
-                    errors.push(FieldError::forbidden(
-                        path.clone(),
-                        over_budget(what, cost, STATIC_ESTIMATED_COST_LIMIT),
-                    ));
-                }
-                total.observe(path, cost);
+                estimated.push(Estimated {
+                    path: format!("{at}.x-kubernetes-validations[{i}].{field}"),
+                    what,
+                    per_call,
+                    total: if per_call == 0 {
+                        0
+                    } else {
+                        mul(per_call, times)
+                    },
+                });
             }
         }
     }
@@ -153,14 +186,8 @@ fn walk(
         .zip(children_per_instance(schema))
         .map(|(c, n)| mul(c, n));
     for (name, property) in schema["properties"].as_object().into_iter().flatten() {
-        walk(
-            property,
-            &format!("{at}.properties[{name}]"),
-            child_cardinality,
-            false,
-            total,
-            errors,
-        );
+        let at = format!("{at}.properties[{name}]");
+        walk(property, &at, child_cardinality, false, estimated);
     }
     if let Some(items) = schema.get("items").filter(|i| i.is_object()) {
         walk(
@@ -168,19 +195,12 @@ fn walk(
             &format!("{at}.items"),
             child_cardinality,
             false,
-            total,
-            errors,
+            estimated,
         );
     }
     if let Some(values) = schema.get("additionalProperties").filter(|a| a.is_object()) {
-        walk(
-            values,
-            &format!("{at}.additionalProperties"),
-            child_cardinality,
-            false,
-            total,
-            errors,
-        );
+        let at = format!("{at}.additionalProperties");
+        walk(values, &at, child_cardinality, false, estimated);
     }
 }
 

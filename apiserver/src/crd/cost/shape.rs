@@ -185,3 +185,48 @@ pub(super) fn shape_of(schema: &Value, is_root: bool) -> (Shape, u64) {
         _ => (Shape::unknown(), 1),
     }
 }
+
+/// The shape of an actual value of a schema node: its real sizes (characters, items,
+/// entries), for costing a write before its rules run.
+pub(super) fn shape_of_value(schema: &Value, value: &Value) -> Shape {
+    match value {
+        Value::String(text) => {
+            let n = text.chars().count() as u64;
+            Shape::new(n, n, Kind::Str)
+        }
+        Value::Array(items) => {
+            let item_schema = &schema["items"];
+            let item = items
+                .iter()
+                .map(|item| shape_of_value(item_schema, item))
+                .reduce(|a, b| a.union(&b))
+                .unwrap_or_else(|| Shape::new(0, 0, Kind::Nothing));
+            let n = items.len() as u64;
+            Shape::new(n, n, Kind::List(Box::new(item)))
+        }
+        Value::Object(map) => {
+            if let Some(values) = schema.get("additionalProperties").filter(|a| a.is_object()) {
+                let value = map
+                    .values()
+                    .map(|v| shape_of_value(values, v))
+                    .reduce(|a, b| a.union(&b))
+                    .unwrap_or_else(|| Shape::new(0, 0, Kind::Nothing));
+                let n = map.len() as u64;
+                return Shape::new(n, n, Kind::Map(Box::new(value)));
+            }
+            // A field the object lacks costs nothing: reaching it ends the evaluation with
+            // an error, and `has()` guards it.
+            let mut fields: BTreeMap<String, Shape> = schema["properties"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(name, _)| (name.clone(), Shape::new(0, 0, Kind::Nothing)))
+                .collect();
+            for (name, v) in map {
+                fields.insert(name.clone(), shape_of_value(&schema["properties"][name], v));
+            }
+            Shape::new(0, 0, Kind::Object(fields))
+        }
+        _ => Shape::new(0, 0, Kind::Scalar),
+    }
+}

@@ -261,3 +261,66 @@ fn the_factor_reads_as_upstreams() {
     assert!(over_budget("x", 25_000_000, 10_000_000).contains("factor of 2.5x"));
     assert!(over_budget("x", 2_000_000_000, 10_000_000).contains("more than 100x"));
 }
+
+#[test]
+fn writes_that_would_run_out_of_the_runtime_budgets_are_refused() {
+    // A quadratic rule over a list of up to 1,000 short strings: under the static limit of
+    // one expression (10M), over a call's runtime limit (1M) when the list is full.
+    let schema = crd_schema(json!({
+        "type": "object",
+        "properties": {"hosts": {
+            "type": "array", "maxItems": 1000, "items": {"type": "string", "maxLength": 4},
+            "x-kubernetes-validations": [{"rule": "self.all(a, self.exists_one(b, a == b))",
+                "message": "hosts must be unique"}]
+        }}
+    }));
+    let mut errors = Errs::new();
+    check(&schema, AT, &mut errors);
+    assert!(errors.is_empty(), "the CRD is allowed: {errors:?}");
+    assert!(may_exceed_runtime_budget(&schema));
+    let hosts =
+        |n: usize| json!({"spec": {"hosts": (0..n).map(|i| format!("h{i}")).collect::<Vec<_>>()}});
+    assert!(
+        runtime::check(&schema, &hosts(50), None).is_none(),
+        "a short list fits"
+    );
+    let refused = runtime::check(&schema, &hosts(1000), None).expect("a long list does not");
+    assert_eq!(refused.field, "spec.hosts");
+    assert_eq!(
+        refused.detail,
+        "'operation cancelled: actual cost limit exceeded': no further validation rules will be run due to call cost exceeds limit for rule: hosts must be unique"
+    );
+    // Many calls within their limit add up past the object's budget: two rules on each of up
+    // to 40,000 items, each under its static limit, together under the CRD's.
+    let rule = format!("[{}].all(x, x >= 0)", vec!["self.a"; 30].join(", "));
+    let each = crd_schema(json!({
+        "type": "object",
+        "properties": {"points": {
+            "type": "array", "maxItems": 40000,
+            "items": {"type": "object", "properties": {"a": {"type": "integer"}},
+                "x-kubernetes-validations": [{"rule": rule}, {"rule": rule}]}
+        }}
+    }));
+    let mut errors = Errs::new();
+    check(&each, AT, &mut errors);
+    assert!(errors.is_empty(), "the CRD is allowed: {errors:?}");
+    assert!(may_exceed_runtime_budget(&each));
+    let points = |n: usize| json!({"spec": {"points": vec![json!({"a": 1}); n]}});
+    assert!(runtime::check(&each, &points(1000), None).is_none());
+    let refused = runtime::check(&each, &points(40000), None).expect("over the object's budget");
+    assert!(
+        refused.field.starts_with("spec.points["),
+        "{}",
+        refused.field
+    );
+    assert_eq!(
+        refused.detail,
+        "validation failed due to running out of cost budget, no further validation rules will be run"
+    );
+    // An ordinary CRD is never costed at runtime.
+    let plain = crd_schema(
+        json!({"type": "object", "properties": {"replicas": {"type": "integer"}},
+        "x-kubernetes-validations": [{"rule": "self.replicas >= 0"}]}),
+    );
+    assert!(!may_exceed_runtime_budget(&plain));
+}
