@@ -42,6 +42,8 @@ pub struct HttpsServer {
     pub addr: SocketAddr,
     /// Its certificate, which is its own CA (PEM).
     pub ca_pem: String,
+    /// How many TLS connections it has accepted (how well a client reuses them).
+    pub accepted: Arc<std::sync::atomic::AtomicUsize>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -102,6 +104,8 @@ where
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let wanted_name = client.map(|client| client.common_name);
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
     let task = tokio::spawn(async move {
         let mut connections = tokio::task::JoinSet::new();
         loop {
@@ -111,10 +115,12 @@ where
             let acceptor = acceptor.clone();
             let handler = handler.clone();
             let wanted_name = wanted_name.clone();
+            let counter = counter.clone();
             connections.spawn(async move {
                 let Ok(tls) = acceptor.accept(tcp).await else {
                     return;
                 };
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 if let Some(wanted) = wanted_name {
                     if peer_common_name(&tls).as_deref() != Some(wanted.as_str()) {
                         return;
@@ -133,6 +139,7 @@ where
     HttpsServer {
         addr,
         ca_pem: cert.pem(),
+        accepted,
         task: Some(task),
     }
 }

@@ -337,6 +337,14 @@ async fn an_extension_apiserver_serves_its_group_through_the_aggregator() {
         let listed = older.ok_ns(&["get", "flunders"]);
         assert!(listed.contains("my-flunder"), "{version}: {listed}");
     }
+    // The proxy keeps its connections to the extension: six more requests, no new handshake
+    // each.
+    let before = wardle.accepted.load(std::sync::atomic::Ordering::SeqCst);
+    for _ in 0..6 {
+        k.ok_ns(&["get", "flunder", "my-flunder"]);
+    }
+    let dialled = wardle.accepted.load(std::sync::atomic::Ordering::SeqCst) - before;
+    assert!(dialled <= 2, "{dialled} new connections for 6 requests");
     let callers = state.lock().unwrap().callers.clone();
     assert!(
         callers

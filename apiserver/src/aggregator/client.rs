@@ -2,7 +2,9 @@
 //! certificate, the server's certificate verified against the APIService's `caBundle` for
 //! the name `<service>.<namespace>.svc` (or not at all with `insecureSkipTLSVerify`, as
 //! upstream allows), HTTP/1.1 so that upgrades (exec-like subresources of an extension API)
-//! pass through. One connection per request, driven by a task on the server's tracker.
+//! pass through. Connections are kept for reuse (at most [`MAX_IDLE`] per endpoint and
+//! identity; a request takes one that is free, else dials) and driven by tasks on the
+//! server's tracker; an upgrade gets a connection of its own, which it then owns.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -27,6 +29,14 @@ use crate::pki::PkiError;
 
 /// How long dialling an extension apiserver (TCP and TLS) may take.
 const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most connections kept per endpoint and identity.
+const MAX_IDLE: usize = 16;
+
+/// What a kept connection is for: the endpoint, the name its certificate must carry and how
+/// it is verified.
+type PoolKey = (String, String, Option<String>, bool);
+
+type Sender = hyper::client::conn::http1::SendRequest<Body>;
 
 /// Dials extension apiservers; one per server.
 pub struct Client {
@@ -34,6 +44,8 @@ pub struct Client {
     key: Arc<PrivateKeyDer<'static>>,
     /// A connector per (caBundle, insecure), made once.
     connectors: Mutex<HashMap<(Option<String>, bool), TlsConnector>>,
+    /// Connections kept for reuse.
+    pool: Mutex<HashMap<PoolKey, Vec<Sender>>>,
     background: crate::background::Background,
 }
 
@@ -56,6 +68,7 @@ impl Client {
             certificate,
             key: Arc::new(key),
             connectors: Mutex::default(),
+            pool: Mutex::default(),
             background: crate::background::Background::new(tasks, shutdown),
         })
     }
@@ -94,15 +107,34 @@ impl Client {
         self.background.spawn(work);
     }
 
-    /// Sends `request` (origin-form URI) to `remote`'s endpoint `authority` on a new
-    /// connection, which also carries an upgrade the extension apiserver accepts. The error
-    /// reads as upstream's proxy errors do.
-    pub async fn send(
-        &self,
-        remote: &Remote,
-        authority: &str,
-        mut request: http::Request<Body>,
-    ) -> Result<http::Response<Incoming>, String> {
+    /// A kept connection for `key` that is free for a request, if there is one (closed ones
+    /// are dropped on the way).
+    fn take_idle(&self, key: &PoolKey) -> Option<Sender> {
+        let mut pool = self
+            .pool
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let senders = pool.get_mut(key)?;
+        senders.retain(|sender| !sender.is_closed());
+        let free = senders.iter().position(Sender::is_ready)?;
+        Some(senders.swap_remove(free))
+    }
+
+    /// Keeps `sender` for reuse, unless `key` has enough.
+    fn keep(&self, key: PoolKey, sender: Sender) {
+        let mut pool = self
+            .pool
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let senders = pool.entry(key).or_default();
+        senders.retain(|sender| !sender.is_closed());
+        if senders.len() < MAX_IDLE {
+            senders.push(sender);
+        }
+    }
+
+    /// A new connection to `authority`, verified for `remote`.
+    async fn dial(&self, remote: &Remote, authority: &str) -> Result<Sender, String> {
         let connector = self.connector(remote)?;
         let server_name = ServerName::try_from(remote.service.server_name())
             .map_err(|error| format!("invalid server name: {error}"))?;
@@ -119,7 +151,7 @@ impl Client {
         let tls = tokio::time::timeout(DIAL_TIMEOUT, dial)
             .await
             .map_err(|_| format!("dial tcp {authority}: i/o timeout"))??;
-        let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
+        let (sender, connection) = hyper::client::conn::http1::Builder::new()
             .handshake(TokioIo::new(tls))
             .await
             .map_err(|error| error.to_string())?;
@@ -128,13 +160,42 @@ impl Client {
                 tracing::debug!(%error, "extension apiserver connection ended with an error");
             }
         });
+        Ok(sender)
+    }
+
+    /// Sends `request` (origin-form URI) to `remote`'s endpoint `authority`, on a kept
+    /// connection when one is free (an upgrade always on a new one, which it keeps). The
+    /// error reads as upstream's proxy errors do.
+    pub async fn send(
+        &self,
+        remote: &Remote,
+        authority: &str,
+        mut request: http::Request<Body>,
+    ) -> Result<http::Response<Incoming>, String> {
+        let upgrade = request.headers().contains_key(http::header::UPGRADE);
+        let key: PoolKey = (
+            authority.to_string(),
+            remote.service.server_name(),
+            remote.ca_bundle.clone(),
+            remote.insecure_skip_tls_verify,
+        );
+        let kept = if upgrade { None } else { self.take_idle(&key) };
+        let mut sender = match kept {
+            Some(sender) => sender,
+            None => self.dial(remote, authority).await?,
+        };
         if let Ok(host) = http::HeaderValue::from_str(authority) {
             request.headers_mut().insert(http::header::HOST, host);
         }
-        sender
+        let response = sender
             .send_request(request)
             .await
-            .map_err(|error| error.to_string())
+            .map_err(|error| error.to_string())?;
+        if !upgrade {
+            // Free again once this response's body has been read.
+            self.keep(key, sender);
+        }
+        Ok(response)
     }
 }
 
