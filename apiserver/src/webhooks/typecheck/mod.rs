@@ -13,11 +13,13 @@
 //! ```
 //!
 //! Without a full CEL type checker, what is checked is every field path from `object` and
-//! `oldObject` (through `has()`, indexes and the variables of `all`/`exists`/`map`/`filter`);
-//! schemas open to any field (`additionalProperties`, `x-kubernetes-preserve-unknown-fields`)
-//! end the check, as they end upstream's.
+//! `oldObject` (through `has()`, indexes and the variables of `all`/`exists`/`map`/`filter`)
+//! and the types meeting at operators and string functions where both are primitives the
+//! schema or a literal names (`object.spec.replicas > '3'`: `found no matching overload for
+//! '_>_' applied to '(int, string)'`); schemas open to any field (`additionalProperties`,
+//! `x-kubernetes-preserve-unknown-fields`) end the check, as they end upstream's.
 
-use kube_cel::cel::common::ast::{Expr, IdedExpr};
+use kube_cel::cel::common::ast::{Expr, IdedExpr, LiteralValue};
 use kube_cel::cel::Program;
 use serde_json::Value;
 
@@ -100,6 +102,8 @@ fn typed(info: &ResourceInfo, schema: &'static Value) -> Typed {
 enum Node<'a> {
     /// A schema node (unresolved `$ref`s are followed when looked into).
     At(&'a Value),
+    /// A value of a known primitive type (a literal, what a function returns).
+    Prim(&'static str),
     /// Somewhere the schema says nothing about (open objects, unknown variables).
     Open,
 }
@@ -127,6 +131,28 @@ impl<'a> Node<'a> {
         }
     }
 
+    /// The CEL type of a primitive value here, in cel-go's names; `None` for containers,
+    /// objects and what is not known (`dyn`).
+    fn primitive(self) -> Option<&'static str> {
+        let node = match self {
+            Node::Prim(name) => return Some(name),
+            Node::Open => return None,
+            Node::At(node) => resolve_ref(node),
+        };
+        if node["x-kubernetes-int-or-string"] == true || node["format"] == "int-or-string" {
+            return None;
+        }
+        match (node["type"].as_str()?, node["format"].as_str()) {
+            ("integer", _) => Some("int"),
+            ("number", _) => Some("double"),
+            ("boolean", _) => Some("bool"),
+            ("string", Some("byte")) => Some("bytes"),
+            ("string", Some("date-time")) => Some("google.protobuf.Timestamp"),
+            ("string", _) => Some("string"),
+            _ => None,
+        }
+    }
+
     /// An element of this node (a list's item, a map's value).
     fn element(self) -> Node<'a> {
         let Node::At(node) = self else {
@@ -139,11 +165,70 @@ impl<'a> Node<'a> {
     }
 }
 
-/// Walks an expression, collecting the undefined fields it selects.
+/// A type error: the text it is reported at and cel-go's message.
+struct Problem {
+    /// `.field`, `.function` or an operator's symbol.
+    at: String,
+    message: String,
+}
+
+/// Walks an expression, collecting the undefined fields it selects and the operators and
+/// string functions applied to types that have no such overload.
 struct Checker<'a> {
     scope: Vec<(String, Node<'a>)>,
-    undefined: Vec<String>,
+    problems: Vec<Problem>,
 }
+
+/// The symbol of a binary operator (`_>_` → `>`).
+fn symbol(function: &str) -> Option<&str> {
+    let inner = function.strip_prefix('_')?.strip_suffix('_')?;
+    matches!(
+        inner,
+        "<" | "<=" | ">" | ">=" | "==" | "!=" | "+" | "-" | "*" | "/" | "%"
+    )
+    .then_some(inner)
+}
+
+fn numeric(type_name: &str) -> bool {
+    matches!(type_name, "int" | "uint" | "double")
+}
+
+/// Whether CEL has `left <op> right` for these primitive types (numbers compare across
+/// types, as Kubernetes' CEL environment allows; arithmetic does not mix them).
+fn has_overload(op: &str, left: &str, right: &str) -> bool {
+    const TIME: &str = "google.protobuf.Timestamp";
+    const SPAN: &str = "google.protobuf.Duration";
+    match op {
+        "<" | "<=" | ">" | ">=" | "==" | "!=" => left == right || (numeric(left) && numeric(right)),
+        "+" => {
+            (left == right && left != "bool" && left != TIME)
+                || (left == TIME && right == SPAN)
+                || (left == SPAN && right == TIME)
+        }
+        "-" => {
+            (left == right && (numeric(left) || left == TIME || left == SPAN))
+                || (left == TIME && right == SPAN)
+        }
+        _ => left == right && numeric(left),
+    }
+}
+
+/// The string functions called on a receiver, which must be a string.
+const STRING_METHODS: &[&str] = &[
+    "startsWith",
+    "endsWith",
+    "contains",
+    "matches",
+    "lowerAscii",
+    "upperAscii",
+    "trim",
+    "split",
+    "replace",
+    "substring",
+    "charAt",
+    "find",
+    "findAll",
+];
 
 impl<'a> Checker<'a> {
     fn walk(&mut self, expression: &IdedExpr) -> Node<'a> {
@@ -154,24 +239,31 @@ impl<'a> Checker<'a> {
                 .rev()
                 .find(|(n, _)| n == name)
                 .map_or(Node::Open, |(_, node)| *node),
+            Expr::Literal(literal) => Node::Prim(match literal {
+                LiteralValue::Int(_) => "int",
+                LiteralValue::UInt(_) => "uint",
+                LiteralValue::Double(_) => "double",
+                LiteralValue::String(_) => "string",
+                LiteralValue::Boolean(_) => "bool",
+                LiteralValue::Bytes(_) => "bytes",
+                _ => return Node::Open,
+            }),
             Expr::Select(select) => {
                 let operand = self.walk(&select.operand);
                 match operand.field(&select.field) {
+                    // has(x.f) is a bool.
+                    Ok(_) if select.test => Node::Prim("bool"),
                     Ok(node) => node,
                     Err(()) => {
-                        self.undefined.push(select.field.clone());
+                        self.problems.push(Problem {
+                            at: format!(".{}", select.field),
+                            message: format!("undefined field '{}'", select.field),
+                        });
                         Node::Open
                     }
                 }
             }
-            Expr::Call(call) => {
-                let target = call.target.as_deref().map(|t| self.walk(t));
-                let args: Vec<Node<'a>> = call.args.iter().map(|a| self.walk(a)).collect();
-                match (call.func_name.as_str(), target, args.first()) {
-                    ("_[_]", None, Some(container)) => container.element(),
-                    _ => Node::Open,
-                }
-            }
+            Expr::Call(call) => self.call(call),
             Expr::List(list) => {
                 for element in &list.elements {
                     self.walk(element);
@@ -217,17 +309,82 @@ impl<'a> Checker<'a> {
             _ => Node::Open,
         }
     }
+
+    fn call(&mut self, call: &kube_cel::cel::common::ast::CallExpr) -> Node<'a> {
+        let name = call.func_name.as_str();
+        let target = call.target.as_deref().map(|t| self.walk(t));
+        let args: Vec<Node<'a>> = call.args.iter().map(|a| self.walk(a)).collect();
+        let arg_types = || -> Vec<&'static str> {
+            args.iter()
+                .map(|a| a.primitive().unwrap_or("dyn"))
+                .collect()
+        };
+        if let (Some(op), None, [left, right]) = (symbol(name), target, args.as_slice()) {
+            let (Some(l), Some(r)) = (left.primitive(), right.primitive()) else {
+                return if matches!(op, "<" | "<=" | ">" | ">=" | "==" | "!=") {
+                    Node::Prim("bool")
+                } else {
+                    Node::Open
+                };
+            };
+            if !has_overload(op, l, r) {
+                self.problems.push(Problem {
+                    at: op.to_string(),
+                    message: format!(
+                        "found no matching overload for '{name}' applied to '({l}, {r})'"
+                    ),
+                });
+                return Node::Open;
+            }
+            return match op {
+                "<" | "<=" | ">" | ">=" | "==" | "!=" => Node::Prim("bool"),
+                _ => Node::Prim(l),
+            };
+        }
+        if let Some(receiver) = target {
+            if STRING_METHODS.contains(&name) {
+                if let Some(kind) = receiver.primitive().filter(|kind| *kind != "string") {
+                    self.problems.push(Problem {
+                        at: format!(".{name}"),
+                        message: format!(
+                            "found no matching overload for '{name}' applied to '{kind}.({})'",
+                            arg_types().join(", ")
+                        ),
+                    });
+                    return Node::Open;
+                }
+            }
+        }
+        match name {
+            "_[_]" if target.is_none() => args.first().map_or(Node::Open, |c| c.element()),
+            "size" | "int" | "indexOf" | "lastIndexOf" => Node::Prim("int"),
+            "string" | "lowerAscii" | "upperAscii" | "trim" | "replace" | "substring"
+            | "charAt" | "join" | "format" => Node::Prim("string"),
+            "double" => Node::Prim("double"),
+            "startsWith" | "endsWith" | "contains" | "matches" | "_&&_" | "_||_" | "!_"
+            | "exists" | "all" | "has" | "isSorted" | "isURL" | "isIP" | "isCIDR"
+            | "isQuantity" | "isSemver" => Node::Prim("bool"),
+            _ => Node::Open,
+        }
+    }
 }
 
-/// Where `.field` first appears in `source`: its line and column (1-based, characters), as
-/// cel-go reports a select.
-fn position(source: &str, field: &str) -> (usize, usize) {
-    let needle = format!(".{field}");
+/// Where `needle` (`.field`, `.function`, an operator) first appears in `source` as a whole
+/// token: its line and column (1-based, characters), as cel-go reports the expression.
+fn position(source: &str, needle: &str) -> (usize, usize) {
+    let operator = !needle.starts_with('.');
     let mut from = 0;
-    while let Some(found) = source[from..].find(&needle) {
+    while let Some(found) = source[from..].find(needle) {
         let at = from + found;
         let after = source[at + needle.len()..].chars().next();
-        if !after.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+        let before = source[..at].chars().next_back();
+        let whole = if operator {
+            // `>` is not the start of `>=`, nor `=` the end of `<=`.
+            after.is_none_or(|c| c != '=') && before.is_none_or(|c| !"<>=!".contains(c))
+        } else {
+            after.is_none_or(|c| !c.is_alphanumeric() && c != '_')
+        };
+        if whole {
             let before = &source[..at];
             let line = before.matches('\n').count() + 1;
             let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
@@ -239,11 +396,12 @@ fn position(source: &str, field: &str) -> (usize, usize) {
 }
 
 /// cel-go's rendering of one error: the message, then the source line and a caret.
-fn rendered(source: &str, field: &str) -> String {
-    let (line, column) = position(source, field);
+fn rendered(source: &str, problem: &Problem) -> String {
+    let (line, column) = position(source, &problem.at);
     let text = source.lines().nth(line - 1).unwrap_or("");
     format!(
-        "ERROR: <input>:{line}:{column}: undefined field '{field}'\n | {text}\n | {}^",
+        "ERROR: <input>:{line}:{column}: {}\n | {text}\n | {}^",
+        problem.message,
         ".".repeat(column - 1)
     )
 }
@@ -258,16 +416,16 @@ fn check_expression(source: &str, kinds: &[Typed]) -> Option<String> {
                 ("object".into(), Node::At(typed.schema)),
                 ("oldObject".into(), Node::At(typed.schema)),
             ],
-            undefined: Vec::new(),
+            problems: Vec::new(),
         };
         checker.walk(program.expression());
-        if checker.undefined.is_empty() {
+        if checker.problems.is_empty() {
             continue;
         }
         let errors: Vec<String> = checker
-            .undefined
+            .problems
             .iter()
-            .map(|field| rendered(source, field))
+            .map(|problem| rendered(source, problem))
             .collect();
         let gv = format!("{}/{}", typed.group, typed.version);
         lines.push(format!("{gv}, Kind={}: {}", typed.kind, errors.join("\n")));

@@ -99,3 +99,40 @@ fn every_matched_kind_is_checked_and_wildcards_are_not() {
     );
     assert!(expression_warnings(&wildcard, &served).is_empty());
 }
+
+#[test]
+fn operators_and_string_functions_on_the_wrong_types_are_warnings() {
+    let served = Served::default();
+    let warning = |expression: &str| -> Option<String> {
+        let checked = policy(deployments(), json!([{"expression": expression}]));
+        expression_warnings(&checked, &served)
+            .first()
+            .map(|w| w["warning"].as_str().unwrap().to_string())
+    };
+    assert_eq!(
+        warning("object.spec.replicas > '3'").as_deref(),
+        Some("apps/v1, Kind=Deployment: ERROR: <input>:1:22: found no matching overload for '_>_' applied to '(int, string)'\n | object.spec.replicas > '3'\n | .....................^")
+    );
+    assert!(warning("object.metadata.name == 5")
+        .unwrap()
+        .contains("found no matching overload for '_==_' applied to '(string, int)'"));
+    assert!(warning("object.spec.replicas.startsWith('1')")
+        .unwrap()
+        .contains("found no matching overload for 'startsWith' applied to 'int.(string)'"));
+    assert!(warning("object.spec.replicas + 'x' == 'y'")
+        .unwrap()
+        .contains("'_+_' applied to '(int, string)'"));
+    // What CEL allows is no warning: numbers compare across types, strings concatenate,
+    // sizes are ints, timestamps compare, unknown types (int-or-string) are left alone.
+    for fine in [
+        "object.spec.replicas >= 1.5",
+        "object.spec.replicas <= size(object.spec.template.spec.containers)",
+        "object.metadata.name + '-x' != 'y'",
+        "object.metadata.name.startsWith('web')",
+        "object.metadata.creationTimestamp < object.metadata.creationTimestamp",
+        "object.spec.strategy.rollingUpdate.maxSurge == 1",
+        "object.spec.paused == true || object.spec.replicas % 2 == 0",
+    ] {
+        assert_eq!(warning(fine), None, "{fine}");
+    }
+}
