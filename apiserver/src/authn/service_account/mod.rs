@@ -171,7 +171,37 @@ impl ServiceAccountTokens {
         &self.signer
     }
 
-    /// `name`/`uid` of `plural` `name` in `namespace`, if it exists.
+    /// Whether `plural` `name` in `namespace` exists with `uid`. As upstream's token getter
+    /// reads its informers first, the watch cache answers when it holds the object with that
+    /// uid; otherwise (not there yet, or another object of the name) the store does. Every
+    /// request with a bound token checks its account and pod, so this keeps them off the
+    /// store.
+    async fn is_live(
+        &self,
+        plural: &str,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> Result<bool, ApiError> {
+        let info = catalog::find("", "v1", plural)
+            .ok_or_else(|| ApiError::internal(format!("the catalog lacks {plural}")))?;
+        let has_uid = |object: &Value| object["metadata"]["uid"] == uid;
+        if let Ok(cached) = self
+            .registry
+            .get_at(info, Some(namespace), name, Some("0"))
+            .await
+        {
+            if has_uid(&cached) {
+                return Ok(true);
+            }
+        }
+        Ok(self
+            .find(plural, namespace, name)
+            .await?
+            .is_some_and(|object| has_uid(&object)))
+    }
+
+    /// `plural` `name` in `namespace` as the store holds it, if it exists.
     async fn find(
         &self,
         plural: &str,
@@ -232,25 +262,21 @@ impl ServiceAccountTokens {
             .kubernetes
             .ok_or_else(|| rejected("no kubernetes.io claim"))?;
         let namespace = &private.namespace;
-        let live = |object: &Option<Value>, uid: &str| {
-            object
-                .as_ref()
-                .is_some_and(|object| object["metadata"]["uid"] == uid)
-        };
-        let account = self
-            .find("serviceaccounts", namespace, &private.serviceaccount.name)
+        let account = &private.serviceaccount;
+        let account_live = self
+            .is_live("serviceaccounts", namespace, &account.name, &account.uid)
             .await
             .map_err(rejected)?;
-        if !live(&account, &private.serviceaccount.uid) {
+        if !account_live {
             return Err(rejected("the service account is gone"));
         }
         let mut user = account_user(namespace, &private.serviceaccount);
         if let Some(pod) = &private.pod {
-            let found = self
-                .find("pods", namespace, &pod.name)
+            let pod_live = self
+                .is_live("pods", namespace, &pod.name, &pod.uid)
                 .await
                 .map_err(rejected)?;
-            if !live(&found, &pod.uid) {
+            if !pod_live {
                 return Err(rejected("the pod it is bound to is gone"));
             }
             user.extra.insert(
@@ -263,11 +289,11 @@ impl ServiceAccountTokens {
             );
         }
         if let Some(secret) = &private.secret {
-            let found = self
-                .find("secrets", namespace, &secret.name)
+            let secret_live = self
+                .is_live("secrets", namespace, &secret.name, &secret.uid)
                 .await
                 .map_err(rejected)?;
-            if !live(&found, &secret.uid) {
+            if !secret_live {
                 return Err(rejected("the secret it is bound to is gone"));
             }
         }
