@@ -25,8 +25,6 @@ mod checks;
 mod namespace;
 mod policy;
 
-use std::collections::BTreeMap;
-
 use async_trait::async_trait;
 use serde_json::Value;
 
@@ -66,13 +64,9 @@ fn pod_of<'a>(attributes: &Attributes, object: &'a Value) -> Option<(&'a Value, 
     spec.is_object().then_some((spec, &template["metadata"]))
 }
 
-fn labels_of(object: &Value) -> BTreeMap<String, String> {
-    object["metadata"]["labels"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter_map(|(key, value)| Some((key.clone(), value.as_str()?.to_string())))
-        .collect()
+/// An object's labels, as [`Policy::of_labels`] reads them.
+fn labels_of(object: &Value) -> &Value {
+    &object["metadata"]["labels"]
 }
 
 /// Whether a pod update changes what the standards look at: upstream judges an update only
@@ -210,7 +204,7 @@ impl<R: ObjectReader> Validating for PodSecurity<R> {
             return Ok(());
         };
         let (policy, errors) =
-            Policy::of_labels(&labels_of(&namespace_object), self.config.defaults);
+            Policy::of_labels(labels_of(&namespace_object), self.config.defaults);
         let judged_by_enforce = is_pod;
         let quiet = if judged_by_enforce {
             policy.fully_privileged()

@@ -5,7 +5,7 @@
 //! naming its first pod and how many others share it (at most [`MAX_PODS_TO_CHECK`] pods
 //! looked at, one per controller first).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 
 use serde_json::Value;
 
@@ -21,14 +21,18 @@ impl<R: ObjectReader> PodSecurity<R> {
         &self,
         name: &str,
         policy: &Policy,
-        labels: &BTreeMap<String, String>,
+        labels: &Value,
     ) -> Option<String> {
         if policy.fully_privileged() || *policy == self.config.defaults {
             return None;
         }
         let set = |mode: &str| {
-            labels.contains_key(&format!("{}{mode}", policy::LABEL_PREFIX))
-                || labels.contains_key(&format!("{}{mode}-version", policy::LABEL_PREFIX))
+            labels
+                .get(format!("{}{mode}", policy::LABEL_PREFIX))
+                .is_some()
+                || labels
+                    .get(format!("{}{mode}-version", policy::LABEL_PREFIX))
+                    .is_some()
         };
         let shown: Vec<String> = [
             ("enforce", policy.enforce),
@@ -56,7 +60,7 @@ impl<R: ObjectReader> PodSecurity<R> {
             .unwrap_or(&attributes.name)
             .to_string();
         let labels = labels_of(object);
-        let (policy, errors) = Policy::of_labels(&labels, self.config.defaults);
+        let (policy, errors) = Policy::of_labels(labels, self.config.defaults);
         let invalid = || Denied {
             code: 422,
             reason: "Invalid",
@@ -71,7 +75,7 @@ impl<R: ObjectReader> PodSecurity<R> {
                     return Err(invalid());
                 }
                 if self.exempt_namespace(&name) {
-                    if let Some(warning) = self.exempt_namespace_warning(&name, &policy, &labels) {
+                    if let Some(warning) = self.exempt_namespace_warning(&name, &policy, labels) {
                         attributes.warnings.push(warning);
                     }
                 }
@@ -80,7 +84,7 @@ impl<R: ObjectReader> PodSecurity<R> {
             (Operation::Update, Some(old)) => old,
             _ => return Ok(()),
         };
-        let (old_policy, old_errors) = Policy::of_labels(&labels_of(old), self.config.defaults);
+        let (old_policy, old_errors) = Policy::of_labels(labels_of(old), self.config.defaults);
         if !errors.is_empty() && errors != old_errors {
             return Err(invalid());
         }
@@ -93,7 +97,7 @@ impl<R: ObjectReader> PodSecurity<R> {
             return Ok(());
         }
         if self.exempt_namespace(&name) {
-            if let Some(warning) = self.exempt_namespace_warning(&name, &policy, &labels) {
+            if let Some(warning) = self.exempt_namespace_warning(&name, &policy, labels) {
                 attributes.warnings.push(warning);
             }
             return Ok(());

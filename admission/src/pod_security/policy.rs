@@ -9,9 +9,8 @@
 //! `pod-security.admission.config.k8s.io/v1`): the defaults and the exempt usernames,
 //! namespaces and RuntimeClasses.
 
-use std::collections::BTreeMap;
-
 use serde::Deserialize;
+use serde_json::Value;
 
 use super::checks::LATEST_MINOR;
 
@@ -123,10 +122,11 @@ impl Policy {
 
     /// The policy of a namespace with `labels` over `defaults`, and the labels' errors as
     /// upstream words them (`metadata.labels[<key>]: Invalid value: "<v>": <why>`).
-    pub fn of_labels(labels: &BTreeMap<String, String>, defaults: Policy) -> (Self, Vec<String>) {
+    /// `labels` is a namespace's `metadata.labels` (null when it has none).
+    pub fn of_labels(labels: &Value, defaults: Policy) -> (Self, Vec<String>) {
         let mut policy = defaults;
         let mut errors = Vec::new();
-        let label = |mode: &str| labels.get(&format!("{LABEL_PREFIX}{mode}"));
+        let label = |mode: &str| labels[format!("{LABEL_PREFIX}{mode}")].as_str();
         let mut note = |mode: &str, value: &str, why: String| {
             errors.push(format!(
                 "metadata.labels[{LABEL_PREFIX}{mode}]: Invalid value: \"{value}\": {why}"

@@ -239,11 +239,12 @@ fn versions_and_levels_parse_as_upstreams() {
             "{bad}"
         );
     }
-    let labels = |pairs: &[(&str, &str)]| {
+    let labels = |pairs: &[(&str, &str)]| -> Value {
         pairs
             .iter()
-            .map(|(k, v)| (format!("pod-security.kubernetes.io/{k}"), v.to_string()))
-            .collect()
+            .map(|(k, v)| (format!("pod-security.kubernetes.io/{k}"), json!(v)))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
     };
     // Warn follows a stricter enforce level (and its version) unless set itself.
     let (policy, errors) = Policy::of_labels(
