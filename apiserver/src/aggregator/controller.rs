@@ -31,6 +31,8 @@ use crate::request::ListOptions;
 pub const RECHECK: Duration = Duration::from_secs(10);
 /// How long an extension apiserver has to answer its discovery check (upstream's 5 s).
 const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an extension's OpenAPI document is served before it is fetched again.
+const OPENAPI_REFRESH: Duration = Duration::from_secs(60);
 /// The largest discovery document read from an extension apiserver.
 const MAX_DISCOVERY_BYTES: usize = 3 * 1024 * 1024;
 
@@ -202,16 +204,7 @@ async fn check(registry: &Registry, aggregator: &Aggregator, remote: &mut Remote
         Ok(Ok(resources)) => {
             remote.available = true;
             remote.resources = resources;
-            let openapi = format!("/openapi/v3/apis/{}/{}", remote.group, remote.version);
-            remote.openapi_v3 =
-                tokio::time::timeout(CHECK_TIMEOUT, get(aggregator, remote, &authority, &openapi))
-                    .await
-                    .ok()
-                    .and_then(Result::ok)
-                    .filter(|body| {
-                        serde_json::from_slice::<Value>(body).is_ok_and(|v| v.is_object())
-                    })
-                    .map(crate::openapi::Document::from_bytes);
+            remote.openapi_v3 = openapi_v3(aggregator, remote, &authority).await;
             ("True", "Passed", "all checks passed".to_string())
         }
         Ok(Err(error)) => (
@@ -227,6 +220,35 @@ async fn check(registry: &Registry, aggregator: &Aggregator, remote: &mut Remote
             ),
         ),
     }
+}
+
+/// The extension's OpenAPI v3 document of the group-version: the copy the last check kept
+/// while it is younger than [`OPENAPI_REFRESH`], else fetched again (`None` when it serves
+/// none).
+async fn openapi_v3(
+    aggregator: &Aggregator,
+    remote: &Remote,
+    authority: &str,
+) -> Option<(crate::openapi::Document, tokio::time::Instant)> {
+    let path = format!("/apis/{}/{}", remote.group, remote.version);
+    let kept = aggregator
+        .route(&path)
+        .and_then(|before| before.openapi_v3.clone())
+        .filter(|(_, fetched)| fetched.elapsed() < OPENAPI_REFRESH);
+    if kept.is_some() {
+        return kept;
+    }
+    let path = format!("/openapi/v3{path}");
+    let body = tokio::time::timeout(CHECK_TIMEOUT, get(aggregator, remote, authority, &path))
+        .await
+        .ok()?
+        .ok()?;
+    serde_json::from_slice::<Value>(&body)
+        .is_ok_and(|document| document.is_object())
+        .then(|| {
+            let document = crate::openapi::Document::from_bytes(body);
+            (document, tokio::time::Instant::now())
+        })
 }
 
 /// The extension apiserver's APIResourceList for the group-version (its `resources`, or

@@ -55,9 +55,10 @@ pub struct Remote {
     pub available: bool,
     /// The `resources` of the APIResourceList it last answered for its group-version.
     pub resources: Option<Vec<Value>>,
-    /// Its OpenAPI v3 document of the group-version, when it serves one (fetched with each
-    /// check, served by this server under `/openapi/v3/apis/<group>/<version>`).
-    pub openapi_v3: Option<crate::openapi::Document>,
+    /// Its OpenAPI v3 document of the group-version, when it serves one, and when it was
+    /// fetched (again at a check a minute later; served by this server under
+    /// `/openapi/v3/apis/<group>/<version>`).
+    pub openapi_v3: Option<(crate::openapi::Document, tokio::time::Instant)>,
 }
 
 /// `spec.service` of an APIService.
@@ -155,7 +156,7 @@ impl Aggregator {
             .values()
             .filter(|remote| remote.available)
             .filter_map(|remote| {
-                let document = remote.openapi_v3.clone()?;
+                let (document, _) = remote.openapi_v3.clone()?;
                 Some((
                     format!("apis/{}/{}", remote.group, remote.version),
                     document,
