@@ -4,6 +4,7 @@
 //! `Impersonate-*` headers. Authenticated users always get the `system:authenticated` group.
 
 pub mod bootstrap_token;
+pub mod chain_verdicts;
 pub mod impersonation;
 pub mod request_header;
 pub mod service_account;
@@ -92,6 +93,8 @@ pub struct Authenticator {
     /// The CA user certificates must chain to, when the TLS layer also accepts another (the
     /// request-header CA); unset, the TLS layer's verification is all.
     client_ca: Option<std::sync::Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+    /// What each client certificate chain was found to be, for its later requests.
+    verdicts: std::sync::Arc<chain_verdicts::ChainVerdicts>,
 }
 
 impl Authenticator {
@@ -104,6 +107,7 @@ impl Authenticator {
             anonymous: true,
             request_header: None,
             client_ca: None,
+            verdicts: Default::default(),
         }
     }
 
@@ -126,11 +130,41 @@ impl Authenticator {
         chain: Option<&[CertificateDer<'static>]>,
         headers: &http::HeaderMap,
     ) -> Option<UserInfo> {
-        let user = self
-            .request_header
-            .as_ref()?
-            .authenticate(chain?, headers)?;
+        let request_header = self.request_header.as_ref()?;
+        let chain = chain.filter(|chain| !chain.is_empty())?;
+        if !self.verdict(chain).proxy {
+            return None;
+        }
+        let user = request_header::user_from_headers(request_header.config(), headers)?;
         Some(with_authenticated_group(user))
+    }
+
+    /// The remembered verdict on `chain` (see `chain_verdicts`), judged when new.
+    fn verdict(&self, chain: &[CertificateDer<'static>]) -> chain_verdicts::Verdict {
+        self.verdicts
+            .get_or_judge(chain, |chain| chain_verdicts::Verdict {
+                proxy: self
+                    .request_header
+                    .as_ref()
+                    .is_some_and(|request_header| request_header.is_proxy(chain)),
+                user: self.user_of_chain(chain).map_err(|error| error.to_string()),
+            })
+    }
+
+    /// The user a client certificate chain names, checked against the cluster CA when the
+    /// TLS layer also trusts another.
+    fn user_of_chain(
+        &self,
+        chain: &[CertificateDer<'static>],
+    ) -> Result<Option<UserInfo>, AuthnError> {
+        if let Some(client_ca) = &self.client_ca {
+            if !request_header::chains_to(client_ca.as_ref(), chain) {
+                return Err(AuthnError::InvalidCertificate(
+                    "x509: certificate signed by unknown authority".into(),
+                ));
+            }
+        }
+        Ok(x509::user_from_chain(chain)?.map(with_authenticated_group))
     }
 
     /// Also accepts the bearer tokens `source` vouches for (after the static file).
@@ -172,15 +206,12 @@ impl Authenticator {
         authorization_header: Option<&str>,
     ) -> Result<Option<UserInfo>, AuthnError> {
         if let Some(chain) = peer_certs.filter(|chain| !chain.is_empty()) {
-            if let Some(client_ca) = &self.client_ca {
-                if !request_header::chains_to(client_ca.as_ref(), chain) {
-                    return Err(AuthnError::InvalidCertificate(
-                        "x509: certificate signed by unknown authority".into(),
-                    ));
-                }
-            }
-            if let Some(user) = x509::user_from_chain(chain)? {
-                return Ok(Some(with_authenticated_group(user)));
+            if let Some(user) = self
+                .verdict(chain)
+                .user
+                .map_err(AuthnError::InvalidCertificate)?
+            {
+                return Ok(Some(user));
             }
         }
         if self.tokens.is_none() && self.sources.is_empty() {

@@ -116,19 +116,6 @@ impl RequestHeader {
             .iter()
             .any(|allowed| allowed == name)
     }
-
-    /// The user a proxy's request names; `None` when the chain is not an allowed proxy's or
-    /// the request names no user.
-    pub fn authenticate(
-        &self,
-        chain: &[CertificateDer<'static>],
-        headers: &HeaderMap,
-    ) -> Option<UserInfo> {
-        if !self.is_proxy(chain) {
-            return None;
-        }
-        user_from_headers(&self.config, headers)
-    }
 }
 
 fn values<'a>(headers: &'a HeaderMap, names: &'a [String]) -> impl Iterator<Item = &'a str> + 'a {
@@ -140,8 +127,11 @@ fn values<'a>(headers: &'a HeaderMap, names: &'a [String]) -> impl Iterator<Item
     })
 }
 
-/// The user the headers name, by `config`'s header names.
-fn user_from_headers(config: &RequestHeaderConfig, headers: &HeaderMap) -> Option<UserInfo> {
+/// The user the headers name, by `config`'s header names (`None` without a username header).
+pub(super) fn user_from_headers(
+    config: &RequestHeaderConfig,
+    headers: &HeaderMap,
+) -> Option<UserInfo> {
     let name = values(headers, &config.username_headers).find(|v| !v.is_empty())?;
     let uid = values(headers, &config.uid_headers)
         .find(|v| !v.is_empty())
