@@ -110,11 +110,41 @@ impl PartialOrd for BackoffEntry {
 #[derive(Default)]
 struct Inner {
     pods: HashMap<String, (Queued, Place, u64)>,
+    /// The uids of `pods` in [`Place::Unschedulable`], so that events and flushes look at
+    /// those alone rather than at every queued pod.
+    unschedulable: HashSet<String>,
     active: BinaryHeap<ActiveEntry>,
     backoff: BinaryHeap<BackoffEntry>,
     sequence: u64,
     move_requests: u64,
     closed: bool,
+}
+
+impl Inner {
+    /// Records `entry` for `uid`, keeping the unschedulable index in step.
+    fn put(&mut self, uid: String, entry: (Queued, Place, u64)) {
+        if entry.1 == Place::Unschedulable {
+            self.unschedulable.insert(uid.clone());
+        } else {
+            self.unschedulable.remove(&uid);
+        }
+        self.pods.insert(uid, entry);
+    }
+
+    fn forget(&mut self, uid: &str) {
+        self.unschedulable.remove(uid);
+        self.pods.remove(uid);
+    }
+
+    /// The unschedulable pods `wake` picks.
+    fn unschedulable_where(&self, wake: impl Fn(&Queued) -> bool) -> Vec<Queued> {
+        self.unschedulable
+            .iter()
+            .filter_map(|uid| self.pods.get(uid))
+            .filter(|(queued, _, _)| wake(queued))
+            .map(|(queued, _, _)| queued.clone())
+            .collect()
+    }
 }
 
 /// Sizes of the sub-queues (`scheduler_pending_pods{queue}`).
@@ -183,7 +213,7 @@ impl SchedulingQueue {
             }
             _ => {}
         }
-        inner.pods.insert(uid, (queued, place, sequence));
+        inner.put(uid, (queued, place, sequence));
     }
 
     /// A new or changed unscheduled pod. `gated`: a PreEnqueue plugin keeps it out.
@@ -195,9 +225,7 @@ impl SchedulingQueue {
                 // Being scheduled: the cycle's outcome decides; keep the newer object.
                 queued.info = info;
                 let sequence = inner.sequence;
-                inner
-                    .pods
-                    .insert(queued.info.uid.clone(), (queued, Place::InFlight, sequence));
+                inner.put(queued.info.uid.clone(), (queued, Place::InFlight, sequence));
             }
             Some((mut queued, place))
                 if !changed_for_scheduling(&queued.info, &info)
@@ -206,9 +234,7 @@ impl SchedulingQueue {
                 // Only its status moved (often our own condition): it stays where it is.
                 queued.info = info;
                 let sequence = inner.pods.get(&queued.info.uid).map(|e| e.2).unwrap_or(0);
-                inner
-                    .pods
-                    .insert(queued.info.uid.clone(), (queued, place, sequence));
+                inner.put(queued.info.uid.clone(), (queued, place, sequence));
             }
             Some((mut queued, place)) => {
                 queued.info = info;
@@ -243,7 +269,7 @@ impl SchedulingQueue {
 
     /// Forgets a pod (deleted, or bound by someone).
     pub fn remove(&self, uid: &str) {
-        self.lock().pods.remove(uid);
+        self.lock().forget(uid);
     }
 
     /// A cluster event: unschedulable pods that one of `plugins` rejected move on (to
@@ -251,16 +277,9 @@ impl SchedulingQueue {
     pub fn on_event(&self, plugins: &HashSet<&'static str>) {
         let mut inner = self.lock();
         inner.move_requests += 1;
-        let waking: Vec<Queued> = inner
-            .pods
-            .values()
-            .filter(|(q, place, _)| {
-                *place == Place::Unschedulable
-                    && (q.rejected_by.is_empty()
-                        || q.rejected_by.iter().any(|p| plugins.contains(p)))
-            })
-            .map(|(q, _, _)| q.clone())
-            .collect();
+        let waking = inner.unschedulable_where(|q| {
+            q.rejected_by.is_empty() || q.rejected_by.iter().any(|p| plugins.contains(p))
+        });
         for queued in waking {
             let backing_off = queued.queued_at + self.backoff_of(queued.attempts) > Instant::now();
             self.place(
@@ -298,7 +317,7 @@ impl SchedulingQueue {
     pub fn done(&self, uid: &str) {
         let mut inner = self.lock();
         if matches!(inner.pods.get(uid), Some((_, Place::InFlight, _))) {
-            inner.pods.remove(uid);
+            inner.forget(uid);
         }
     }
 
@@ -351,12 +370,7 @@ impl SchedulingQueue {
             }
         }
         let timeout = self.timings.unschedulable_timeout;
-        let stale: Vec<Queued> = inner
-            .pods
-            .values()
-            .filter(|(q, place, _)| *place == Place::Unschedulable && q.queued_at + timeout <= now)
-            .map(|(q, _, _)| q.clone())
-            .collect();
+        let stale = inner.unschedulable_where(|q| q.queued_at + timeout <= now);
         for queued in stale {
             self.place(inner, queued, Place::Active);
         }
@@ -451,6 +465,26 @@ mod tests {
             queue.pop(Duration::from_millis(100)).map(|q| q.attempts),
             Some(2)
         );
+    }
+
+    #[test]
+    fn a_removed_or_moved_pod_leaves_the_unschedulable_index() {
+        let queue = quick();
+        for uid in ["a", "b"] {
+            queue.upsert(pod(uid, 0), false);
+            let popped = queue.pop(Duration::from_millis(1)).expect("pod");
+            queue.requeue(popped, ["NodeResourcesFit"].into(), false);
+        }
+        assert_eq!(queue.lock().unschedulable.len(), 2);
+        queue.remove("a");
+        // A spec change moves "b" on without an event.
+        let mut changed = Pod::clone(&pod("b", 0).pod);
+        changed.metadata.labels = Some([("x".to_string(), "y".to_string())].into());
+        queue.upsert(Arc::new(PodInfo::new(Arc::new(changed))), false);
+        assert!(queue.lock().unschedulable.is_empty());
+        queue.on_event(&["NodeResourcesFit"].into());
+        let popped: Vec<String> = std::iter::from_fn(|| popped(&queue)).collect();
+        assert_eq!(popped, ["b"], "the removed pod stays gone");
     }
 
     #[test]

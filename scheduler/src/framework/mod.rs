@@ -20,7 +20,7 @@ pub mod profile;
 pub mod status;
 
 use std::any::Any;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub use profile::Profile;
@@ -32,7 +32,7 @@ use crate::node_info::{NodeInfo, PodInfo};
 /// The highest score a plugin gives a node (after normalizing).
 pub const MAX_NODE_SCORE: i64 = 100;
 
-/// The extension points.
+/// The extension points (in the order of [`Point::ALL`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Point {
     PreEnqueue,
@@ -68,6 +68,7 @@ impl Point {
         }
     }
 
+    /// Every point, in declaration order (so `Point::ALL[p as usize] == p`).
     pub const ALL: [Point; 12] = [
         Point::PreEnqueue,
         Point::QueueSort,
@@ -141,13 +142,14 @@ pub const VOLUME_EVENTS: &[ClusterEvent] = &[
 ];
 
 /// What one cycle's plugins compute and read back, by plugin name.
+///
+/// Filter plugins read it once per node, thousands of times a cycle, so the few entries (one
+/// per plugin at most) are kept in small vectors searched in order rather than hashed.
 #[derive(Default)]
 pub struct CycleState {
-    data: HashMap<&'static str, Box<dyn StateData>>,
+    data: Vec<(&'static str, Box<dyn StateData>)>,
     /// Plugins whose PreFilter said Skip: their Filter is not run this cycle.
-    pub skip_filter: HashSet<&'static str>,
-    /// Plugins whose PreScore said Skip.
-    pub skip_score: HashSet<&'static str>,
+    pub skip_filter: PluginSet,
 }
 
 impl Clone for CycleState {
@@ -159,26 +161,46 @@ impl Clone for CycleState {
                 .map(|(k, v)| (*k, (**v).clone_box()))
                 .collect(),
             skip_filter: self.skip_filter.clone(),
-            skip_score: self.skip_score.clone(),
         }
     }
 }
 
 impl CycleState {
     pub fn write<T: StateData>(&mut self, plugin: &'static str, value: T) {
-        self.data.insert(plugin, Box::new(value));
+        match self.data.iter_mut().find(|(name, _)| *name == plugin) {
+            Some((_, slot)) => *slot = Box::new(value),
+            None => self.data.push((plugin, Box::new(value))),
+        }
     }
 
     pub fn read<T: Any>(&self, plugin: &'static str) -> Option<&T> {
         self.data
-            .get(plugin)
-            .and_then(|v| (**v).as_any().downcast_ref())
+            .iter()
+            .find(|(name, _)| *name == plugin)
+            .and_then(|(_, v)| (**v).as_any().downcast_ref())
     }
 
     pub fn read_mut<T: Any>(&mut self, plugin: &'static str) -> Option<&mut T> {
         self.data
-            .get_mut(plugin)
-            .and_then(|v| (**v).as_any_mut().downcast_mut())
+            .iter_mut()
+            .find(|(name, _)| *name == plugin)
+            .and_then(|(_, v)| (**v).as_any_mut().downcast_mut())
+    }
+}
+
+/// A few plugin names (a set searched in order; see [`CycleState`]).
+#[derive(Clone, Debug, Default)]
+pub struct PluginSet(Vec<&'static str>);
+
+impl PluginSet {
+    pub fn insert(&mut self, plugin: &'static str) {
+        if !self.contains(plugin) {
+            self.0.push(plugin);
+        }
+    }
+
+    pub fn contains(&self, plugin: &str) -> bool {
+        self.0.contains(&plugin)
     }
 }
 
@@ -304,6 +326,30 @@ pub fn default_normalize(scores: &mut [i64], reverse: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_point_sits_at_its_own_index() {
+        for (index, point) in Point::ALL.iter().enumerate() {
+            assert_eq!(*point as usize, index, "{point:?}");
+        }
+    }
+
+    #[test]
+    fn cycle_state_keeps_one_entry_per_plugin() {
+        let mut state = CycleState::default();
+        state.write("A", 1u32);
+        state.write("B", 2u32);
+        state.write("A", 3u32);
+        assert_eq!(state.read::<u32>("A"), Some(&3));
+        assert_eq!(state.read::<u32>("B"), Some(&2));
+        assert_eq!(state.read::<u64>("A"), None, "another type");
+        assert_eq!(state.read::<u32>("C"), None);
+        *state.read_mut::<u32>("B").unwrap() = 5;
+        assert_eq!(state.clone().read::<u32>("B"), Some(&5));
+        state.skip_filter.insert("A");
+        state.skip_filter.insert("A");
+        assert!(state.skip_filter.contains("A") && !state.skip_filter.contains("B"));
+    }
 
     #[test]
     fn normalizing_scales_to_the_maximum_or_reverses() {

@@ -10,7 +10,9 @@ use crate::node_info::NodeInfo;
 /// The plugins of one scheduler name.
 pub struct Profile {
     pub scheduler_name: String,
-    plugins: HashMap<Point, Vec<Arc<dyn Plugin>>>,
+    /// Per point (indexed by `point as usize`, which is its place in [`Point::ALL`]), the
+    /// plugins in order.
+    plugins: Vec<Vec<Arc<dyn Plugin>>>,
     weights: HashMap<&'static str, i64>,
     /// `percentageOfNodesToScore` (0: upstream's adaptive default).
     pub percentage_of_nodes_to_score: u32,
@@ -20,13 +22,16 @@ impl Profile {
     /// `enabled`: per point, the plugins in order, with the score weight of each.
     pub fn new(
         scheduler_name: String,
-        enabled: HashMap<Point, Vec<Arc<dyn Plugin>>>,
+        mut enabled: HashMap<Point, Vec<Arc<dyn Plugin>>>,
         weights: HashMap<&'static str, i64>,
         percentage_of_nodes_to_score: u32,
     ) -> Self {
         Self {
             scheduler_name,
-            plugins: enabled,
+            plugins: Point::ALL
+                .iter()
+                .map(|point| enabled.remove(point).unwrap_or_default())
+                .collect(),
             weights,
             percentage_of_nodes_to_score,
         }
@@ -34,7 +39,7 @@ impl Profile {
 
     pub fn at(&self, point: Point) -> &[Arc<dyn Plugin>] {
         self.plugins
-            .get(&point)
+            .get(point as usize)
             .map(Vec::as_slice)
             .unwrap_or_default()
     }
@@ -51,7 +56,7 @@ impl Profile {
     /// The plugins that care about `event` (a pod one of them rejected may now fit).
     pub fn plugins_for(&self, event: ClusterEvent) -> HashSet<&'static str> {
         let mut names = HashSet::new();
-        for plugins in self.plugins.values() {
+        for plugins in &self.plugins {
             for plugin in plugins {
                 if plugin.events().contains(&event) {
                     names.insert(plugin.name());
