@@ -280,6 +280,11 @@ impl Registry {
     /// Reads the object, asks `change` for its new state and writes that with a
     /// compare-and-swap. When the new state names a resourceVersion the write is pinned to it
     /// (409 on mismatch); otherwise a lost race is retried against the latest state.
+    ///
+    /// The first attempt starts from the watch cache's copy when it holds one, as upstream's
+    /// `GuaranteedUpdate` does: the copy's revision guards the write, so a stale copy costs a
+    /// lost compare-and-swap, not a wrong write. Whatever that attempt concludes other than a
+    /// write — an error, a refusal, no change — is judged again on the store's current object.
     pub async fn update_with<F>(
         &self,
         info: &ResourceInfo,
@@ -292,103 +297,40 @@ impl Registry {
     where
         F: FnMut(&Value) -> Result<Value> + Send,
     {
+        let mut guess = !write.dry_run;
         for _attempt in 0..MAX_CONFLICT_RETRIES {
-            let Some(Stored {
-                object: current,
-                mod_revision: revision,
-            }) = self.read(info, namespace, name).await?
-            else {
-                return Err(ApiError::not_found(info, name));
+            let cached = if guess {
+                self.cached(info, namespace, name)
+            } else {
+                None
             };
-            let mut object = change(&current)?;
-            check_body(info, namespace, Some(name), &mut object)?;
-            let pinned = object::meta_str(&object, "resourceVersion").to_string();
-            if !pinned.is_empty() && pinned != revision.to_string() {
-                return Err(ApiError::modified(info, name));
-            }
-            strategy::default(info, &mut object);
-            let attributes = attributes(info, Operation::Update, subresource, write, &current);
-            self.admission
-                .mutate(&attributes, Some(&mut object), Some(&current))
-                .await?;
-            strategy::prepare_for_update(info, subresource, &mut object, &current);
-            strategy::default(info, &mut object);
-            strategy::validate(info, subresource, &object, Some(&current))?;
-            self.admission
-                .validate(&attributes, Some(&object), Some(&current))
-                .await?;
-            let warnings = attributes.warnings.take();
-            self.allocators
-                .allocate(info, &mut object, Some(&current), write.dry_run)
-                .await?;
-            object::remove_meta(&mut object, "resourceVersion");
-            let mut unchanged = current.clone();
-            object::remove_meta(&mut unchanged, "resourceVersion");
-            if object == unchanged || storable::alike(&self.values, info, &object, &unchanged) {
-                return Ok(Written {
-                    object: current,
-                    created: false,
-                    warnings: warnings.clone(),
-                });
-            }
-            if !write.managed_fields_set {
-                crate::patch::apply::track_update(
+            guess = false;
+            let from_cache = cached.is_some();
+            let stored = match cached {
+                Some(stored) => stored,
+                None => match self.read(info, namespace, name).await? {
+                    Some(stored) => stored,
+                    None => return Err(ApiError::not_found(info, name)),
+                },
+            };
+            let attempt = self
+                .try_update(
                     info,
-                    Some(&unchanged),
-                    &mut object,
-                    write.manager(),
-                    subresource
-                        .filter(|sub| matches!(sub, Subresource::Status | Subresource::Scale)),
-                    &object::now(),
-                );
-            }
-            let key = object_key(info, namespace, name);
-            let stored = self.storage_form(info, &object).await?;
-            let value = storable::encode(&self.values, info, &key, &stored)?;
-            if write.dry_run {
-                return Ok(Written {
-                    object: object::with_resource_version(object, revision),
-                    created: false,
-                    warnings: warnings.clone(),
-                });
-            }
-            if object::is_deleting(&object)
-                && !holds_deletion(info, &object)
-                && deletion_grace_period(&current) == 0
-            {
-                // The last finalizer is gone and no grace period runs (a gracefully deleted
-                // pod waits for its kubelet's final delete): the deletion completes now.
-                match self.storage.delete(&key, Some(revision)).await? {
-                    DeleteOutcome::Deleted { revision, .. } => {
-                        self.allocators.release_for(info, &object).await;
-                        return Ok(Written {
-                            object: object::with_resource_version(object, revision),
-                            created: false,
-                            warnings: warnings.clone(),
-                        });
-                    }
-                    DeleteOutcome::NotFound => return Err(ApiError::not_found(info, name)),
-                    DeleteOutcome::Conflict { .. } if !pinned.is_empty() => {
-                        return Err(ApiError::modified(info, name))
-                    }
-                    DeleteOutcome::Conflict { .. } => continue,
-                }
-            }
-            match self.storage.update(&key, &value, revision, 0).await? {
-                UpdateOutcome::Updated { revision } => {
-                    return Ok(Written {
-                        object: object::with_resource_version(object, revision),
-                        created: false,
-                        warnings: warnings.clone(),
-                    })
-                }
-                UpdateOutcome::Conflict { current: None } => {
-                    return Err(ApiError::not_found(info, name))
-                }
-                UpdateOutcome::Conflict { .. } if !pinned.is_empty() => {
-                    return Err(ApiError::modified(info, name))
-                }
-                UpdateOutcome::Conflict { .. } => continue,
+                    namespace,
+                    name,
+                    subresource,
+                    write,
+                    &mut change,
+                    stored,
+                    from_cache,
+                )
+                .await;
+            match attempt {
+                Ok(Some(written)) => return Ok(written),
+                // A lost race, or a verdict on the cache's copy: again, from the store.
+                Ok(None) => continue,
+                Err(_) if from_cache => continue,
+                Err(error) => return Err(error),
             }
         }
         Err(ApiError::conflict(
@@ -396,6 +338,133 @@ impl Registry {
             name,
             "too many concurrent updates; please retry",
         ))
+    }
+
+    /// The watch cache's copy of an object, if it has one (never waiting for the cache).
+    fn cached(&self, info: &ResourceInfo, namespace: Option<&str>, name: &str) -> Option<Stored> {
+        let cache = self.caches(info)?;
+        let object = cache
+            .peek(info, &object_key(info, namespace, name))?
+            .value();
+        let mod_revision = object::meta_str(&object, "resourceVersion").parse().ok()?;
+        Some(Stored {
+            object,
+            mod_revision,
+        })
+    }
+
+    /// One attempt of [`Self::update_with`] from `stored`: `Ok(None)` when it must be made
+    /// again (a lost compare-and-swap, or a no-op judged on the cache's copy).
+    #[allow(clippy::too_many_arguments)]
+    async fn try_update<F>(
+        &self,
+        info: &ResourceInfo,
+        namespace: Option<&str>,
+        name: &str,
+        subresource: Option<Subresource>,
+        write: &Write,
+        change: &mut F,
+        stored: Stored,
+        from_cache: bool,
+    ) -> Result<Option<Written>>
+    where
+        F: FnMut(&Value) -> Result<Value> + Send,
+    {
+        let Stored {
+            object: current,
+            mod_revision: revision,
+        } = stored;
+        let mut object = change(&current)?;
+        check_body(info, namespace, Some(name), &mut object)?;
+        let pinned = object::meta_str(&object, "resourceVersion").to_string();
+        if !pinned.is_empty() && pinned != revision.to_string() {
+            return Err(ApiError::modified(info, name));
+        }
+        strategy::default(info, &mut object);
+        let attributes = attributes(info, Operation::Update, subresource, write, &current);
+        self.admission
+            .mutate(&attributes, Some(&mut object), Some(&current))
+            .await?;
+        strategy::prepare_for_update(info, subresource, &mut object, &current);
+        strategy::default(info, &mut object);
+        strategy::validate(info, subresource, &object, Some(&current))?;
+        self.admission
+            .validate(&attributes, Some(&object), Some(&current))
+            .await?;
+        let warnings = attributes.warnings.take();
+        self.allocators
+            .allocate(info, &mut object, Some(&current), write.dry_run)
+            .await?;
+        object::remove_meta(&mut object, "resourceVersion");
+        let mut unchanged = current.clone();
+        object::remove_meta(&mut unchanged, "resourceVersion");
+        if object == unchanged || storable::alike(&self.values, info, &object, &unchanged) {
+            if from_cache {
+                // Perhaps only the cache's copy is behind: no change is the store's to say.
+                return Ok(None);
+            }
+            return Ok(Some(Written {
+                object: current,
+                created: false,
+                warnings,
+            }));
+        }
+        // A binding is not a client's update of the pod: upstream writes it straight to the
+        // store, and the pod's managedFields gain no entry for the scheduler.
+        if !write.managed_fields_set && subresource != Some(Subresource::Binding) {
+            crate::patch::apply::track_update(
+                info,
+                Some(&unchanged),
+                &mut object,
+                write.manager(),
+                subresource.filter(|sub| matches!(sub, Subresource::Status | Subresource::Scale)),
+                &object::now(),
+            );
+        }
+        let key = object_key(info, namespace, name);
+        let stored = self.storage_form(info, &object).await?;
+        let value = storable::encode(&self.values, info, &key, &stored)?;
+        if write.dry_run {
+            return Ok(Some(Written {
+                object: object::with_resource_version(object, revision),
+                created: false,
+                warnings,
+            }));
+        }
+        if object::is_deleting(&object)
+            && !holds_deletion(info, &object)
+            && deletion_grace_period(&current) == 0
+        {
+            // The last finalizer is gone and no grace period runs (a gracefully deleted
+            // pod waits for its kubelet's final delete): the deletion completes now.
+            match self.storage.delete(&key, Some(revision)).await? {
+                DeleteOutcome::Deleted { revision, .. } => {
+                    self.allocators.release_for(info, &object).await;
+                    return Ok(Some(Written {
+                        object: object::with_resource_version(object, revision),
+                        created: false,
+                        warnings,
+                    }));
+                }
+                DeleteOutcome::NotFound => return Err(ApiError::not_found(info, name)),
+                DeleteOutcome::Conflict { .. } if !pinned.is_empty() => {
+                    return Err(ApiError::modified(info, name))
+                }
+                DeleteOutcome::Conflict { .. } => return Ok(None),
+            }
+        }
+        match self.storage.update(&key, &value, revision, 0).await? {
+            UpdateOutcome::Updated { revision } => Ok(Some(Written {
+                object: object::with_resource_version(object, revision),
+                created: false,
+                warnings,
+            })),
+            UpdateOutcome::Conflict { current: None } => Err(ApiError::not_found(info, name)),
+            UpdateOutcome::Conflict { .. } if !pinned.is_empty() => {
+                Err(ApiError::modified(info, name))
+            }
+            UpdateOutcome::Conflict { .. } => Ok(None),
+        }
     }
 
     /// DELETE of one object.

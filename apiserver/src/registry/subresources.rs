@@ -390,6 +390,10 @@ mod tests {
         assert_eq!(conditions[0]["type"], "PodScheduled");
         assert_eq!(conditions[0]["status"], "True");
         assert_eq!(revision(&bound), revision(&created) + 1, "one write");
+        assert_eq!(
+            bound["metadata"]["managedFields"], created["metadata"]["managedFields"],
+            "as upstream, a binding adds no managedFields entry"
+        );
     }
 
     #[tokio::test]

@@ -348,6 +348,27 @@ impl WatchCache {
 }
 
 impl WatchCache {
+    /// The cached object under `key` as the cache holds it now — without starting a cacher
+    /// or waiting for one to catch up; `None` when there is no cacher yet, it has not listed
+    /// yet, or it holds no such object. A guess that a write checks against the store.
+    pub(super) fn peek(&self, info: &ResourceInfo, key: &[u8]) -> Option<Arc<Object>> {
+        if !Self::caches(info) {
+            return None;
+        }
+        let cacher = self
+            .cachers
+            .lock()
+            .ok()?
+            .get(&(info.storage_prefix, info.version))?
+            .clone();
+        cacher.read(|state| {
+            if state.revision == 0 {
+                return None;
+            }
+            state.objects.get(key).cloned()
+        })
+    }
+
     /// A GET of `key` from the cache once it has reached `minimum` (`resourceVersion=0`: 1,
     /// whatever it holds): `Some(None)` when the cache holds no such object, `None` when the
     /// store must answer (the kind is not cached, or the cache did not get there in time).

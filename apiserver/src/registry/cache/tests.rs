@@ -494,3 +494,114 @@ async fn a_nodes_list_and_watch_see_its_pods_only() {
     let listed = registry.list(pods, None, &on_n1).await.expect("lists");
     assert_eq!(names(&listed.items), ["d"]);
 }
+
+/// Puts `object` in the cache under `key` as if the cache had not yet seen later writes.
+fn make_stale(
+    registry: &Registry,
+    info: &'static catalog::ResourceInfo,
+    key: &[u8],
+    object: serde_json::Value,
+) {
+    let cache = registry.cache.as_ref().expect("a watch cache");
+    let cacher = cache.cacher(info).expect("cached kind");
+    let object = std::sync::Arc::new(super::Object::new(object, info.strategy.fields()));
+    cacher.write(|state| {
+        state.objects.insert(key.to_vec(), object);
+    });
+}
+
+#[tokio::test]
+async fn an_update_from_a_stale_cached_copy_is_judged_again_on_the_store() {
+    let (registry, _storage, _dir) = cached_registry().await;
+    let configmaps = catalog::find("", "v1", "configmaps").expect("served");
+    create(&registry, "a").await;
+    registry
+        .list(configmaps, None, &ListOptions::everything())
+        .await
+        .expect("lists, so the cache is up");
+    let first = registry
+        .get(configmaps, Some("default"), "a")
+        .await
+        .expect("found");
+    let set = |value: &'static str| {
+        move |current: &serde_json::Value| {
+            let mut next = current.clone();
+            next["data"]["n"] = json!(value);
+            Ok(next)
+        }
+    };
+    let second = registry
+        .update_with(configmaps, Some("default"), "a", None, &write(), set("2"))
+        .await
+        .expect("updated");
+    let key = b"/registry/configmaps/default/a";
+
+    // A write pinned to the store's revision succeeds although the cache shows an older one.
+    make_stale(&registry, configmaps, key, first.clone());
+    let pinned = second.object["metadata"]["resourceVersion"].clone();
+    let third = registry
+        .update_with(
+            configmaps,
+            Some("default"),
+            "a",
+            None,
+            &write(),
+            |current| {
+                let mut next = current.clone();
+                next["metadata"]["resourceVersion"] = pinned.clone();
+                next["data"]["n"] = json!("3");
+                Ok(next)
+            },
+        )
+        .await
+        .expect("the pinned write is judged on the store's object");
+    assert_eq!(third.object["data"]["n"], "3");
+
+    // A change that is no change to the stale copy is one to the store's object: written.
+    make_stale(&registry, configmaps, key, first.clone());
+    let back = registry
+        .update_with(configmaps, Some("default"), "a", None, &write(), set("a"))
+        .await
+        .expect("updated");
+    assert_ne!(
+        back.object["metadata"]["resourceVersion"], third.object["metadata"]["resourceVersion"],
+        "written, not taken for a no-op"
+    );
+    let stored = registry
+        .get(configmaps, Some("default"), "a")
+        .await
+        .expect("found");
+    assert_eq!(stored["data"]["n"], "a");
+
+    // A refusal made on the stale copy is made again on the store's object.
+    make_stale(&registry, configmaps, key, first);
+    let mut seen = Vec::new();
+    registry
+        .update_with(
+            configmaps,
+            Some("default"),
+            "a",
+            None,
+            &write(),
+            |current| {
+                let n = current["data"]["n"].as_str().unwrap_or("").to_string();
+                seen.push(n.clone());
+                if n != "a"
+                    || current["metadata"]["resourceVersion"]
+                        != back.object["metadata"]["resourceVersion"]
+                {
+                    return Err(crate::error::ApiError::bad_request("not the latest"));
+                }
+                let mut next = current.clone();
+                next["data"]["n"] = json!("4");
+                Ok(next)
+            },
+        )
+        .await
+        .expect("judged again on the store's object");
+    assert_eq!(
+        seen.len(),
+        2,
+        "the cache's copy, then the store's: {seen:?}"
+    );
+}
