@@ -77,13 +77,6 @@ impl Validating for RbacEscalation {
         object: Option<&Value>,
         old: Option<&Value>,
     ) -> Result<(), Denied> {
-        // As upstream: what the garbage collector changes (owner references, finalizers) never
-        // needs the permissions the object grants.
-        if let (Operation::Update, Some(new), Some(old)) = (attributes.operation, object, old) {
-            if only_garbage_collection_fields_differ(new, old) {
-                return Ok(());
-            }
-        }
         let writes = matches!(attributes.operation, Operation::Create | Operation::Update);
         let (true, Some(object), GROUP, None) = (
             writes,
@@ -93,6 +86,13 @@ impl Validating for RbacEscalation {
         ) else {
             return Ok(());
         };
+        // As upstream: what the garbage collector changes (owner references, finalizers) never
+        // needs the permissions the object grants.
+        if let (Operation::Update, Some(old)) = (attributes.operation, old) {
+            if only_garbage_collection_fields_differ(object, old) {
+                return Ok(());
+            }
+        }
         match attributes.resource.as_str() {
             "roles" | "clusterroles" => {
                 if self.allowed(
