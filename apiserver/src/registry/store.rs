@@ -398,7 +398,12 @@ impl Registry {
         object::remove_meta(&mut object, "resourceVersion");
         let mut unchanged = current.clone();
         object::remove_meta(&mut unchanged, "resourceVersion");
-        if object == unchanged || storable::alike(&self.values, info, &object, &unchanged) {
+        // A binding always sets a pod's unset `spec.nodeName` (it refuses a bound pod): never
+        // a no-op, so the costly comparison through the storage encoding is left out.
+        let surely_changed = subresource == Some(Subresource::Binding);
+        if !surely_changed
+            && (object == unchanged || storable::alike(&self.values, info, &object, &unchanged))
+        {
             if from_cache {
                 // Perhaps only the cache's copy is behind: no change is the store's to say.
                 return Ok(None);
