@@ -47,9 +47,15 @@ pub enum Operation {
 #[derive(Clone, Debug)]
 pub struct Attributes {
     pub operation: Operation,
+    /// The resource's group and version.
     pub group: String,
     pub version: String,
     pub kind: String,
+    /// `kind`'s group and version: the resource's, except for a subresource with a kind of
+    /// its own (`pods/eviction` is a `policy/v1 Eviction`, `serviceaccounts/token` an
+    /// `authentication.k8s.io/v1 TokenRequest`).
+    pub kind_group: String,
+    pub kind_version: String,
     /// The plural resource name (`pods`).
     pub resource: String,
     pub subresource: Option<String>,
@@ -151,8 +157,11 @@ pub struct Chain {
 }
 
 impl Chain {
-    pub fn new() -> Self {
-        Self::default()
+    pub const fn new() -> Self {
+        Self {
+            mutating: Vec::new(),
+            validating: Vec::new(),
+        }
     }
 
     pub fn with_mutating(mut self, plugin: impl Mutating + 'static) -> Self {
@@ -260,6 +269,8 @@ mod tests {
             group: String::new(),
             version: "v1".into(),
             kind: "ConfigMap".into(),
+            kind_group: String::new(),
+            kind_version: "v1".into(),
             resource: "configmaps".into(),
             subresource: None,
             namespace: Some("default".into()),

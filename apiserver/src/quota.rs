@@ -76,6 +76,8 @@ impl ResourceQuota {
                 group: info.group.to_string(),
                 version: info.version.to_string(),
                 kind: info.kind.to_string(),
+                kind_group: info.group.to_string(),
+                kind_version: info.version.to_string(),
                 resource: info.plural.to_string(),
                 subresource: None,
                 namespace: Some(namespace.to_string()),

@@ -644,7 +644,9 @@ pub async fn start(
         ))
         .with_validating(rudder_admission::RuntimeClass::new(namespaces));
     if config.authorization_modes.contains(&authz::Mode::Node) {
-        admission = admission.with_validating(authz::node::restriction::NodeRestriction);
+        admission = admission.with_validating(authz::node::restriction::NodeRestriction::new(
+            unadmitted.clone(),
+        ));
     }
     admission = admission
         .with_validating(authz::certificates::CertificateApproval::new(

@@ -245,7 +245,7 @@ spec:
   paramKind: {apiVersion: v1, kind: ConfigMap}
   matchConstraints:
     resourceRules:
-    - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [deployments]}
+    - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [deployments, deployments/scale]}
   variables:
   - {name: limit, expression: \"int(params.data.maxReplicas)\"}
   validations:
@@ -308,7 +308,7 @@ async fn a_validating_admission_policy_with_a_param_limits_replicas() {
     let scaled = k.fails_ns(&["scale", "deployment", "small", "--replicas=4"]);
     assert!(
         scaled.contains("exceed the limit of 3"),
-        "the policy covers updates: {scaled}"
+        "the policy covers the scale subresource, which it names: {scaled}"
     );
     // The param is read live; namespaces the binding does not select are left alone.
     k.ok_ns(&[
@@ -794,5 +794,184 @@ spec:
     assert!(
         conflicting.contains("conflict: runtimeClass.scheduling.nodeSelector[sandbox] = gvisor"),
         "{conflicting}"
+    );
+}
+
+/// Policies on the subresources a client writes: a binding is admitted as a `v1 Binding`, an
+/// eviction as a `policy/v1 Eviction`, a token request as an `authentication.k8s.io/v1
+/// TokenRequest`, a scale as an `autoscaling/v1 Scale`, an exec as a CONNECT with its
+/// `v1 PodExecOptions` — and, as upstream, the writes they make
+/// on their parent (the bound pod's update, the evicted pod's delete, the Deployment's new
+/// replicas) are not admitted again as writes of the parent.
+const SUBRESOURCE_POLICIES: &str = "apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: subresource-creates}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE], resources: [pods/binding, pods/eviction, serviceaccounts/token]}
+    - {apiGroups: [apps], apiVersions: [v1], operations: [UPDATE], resources: [deployments/scale]}
+  validations:
+  - expression: \"(!has(object.metadata.name) || object.metadata.name != 'keep') && (request.kind.kind != 'TokenRequest' || object.spec.expirationSeconds <= 7200) && (request.kind.kind != 'Scale' || object.spec.replicas <= 3)\"
+    messageExpression: \"request.subResource + ' ' + request.kind.group + '/' + request.kind.version + ' ' + request.kind.kind + ' of ' + request.name + ' refused'\"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: subresource-creates}
+spec: {policyName: subresource-creates, validationActions: [Deny]}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: no-rm}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [\"\"], apiVersions: [v1], operations: [CONNECT], resources: [pods/exec, pods/attach]}
+  validations:
+  - expression: \"request.kind.kind != 'PodExecOptions' || object.command[0] != 'rm'\"
+    messageExpression: \"'exec of ' + object.command[0] + ' in ' + request.name + ' refused'\"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: no-rm}
+spec: {policyName: no-rm, validationActions: [Deny]}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: no-parent-writes}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [\"\"], apiVersions: [v1], operations: [UPDATE, DELETE], resources: [pods, pods/*]}
+    - {apiGroups: [apps], apiVersions: [v1], operations: [UPDATE], resources: [deployments]}
+  validations:
+  - expression: \"false\"
+    messageExpression: \"'not written here: ' + request.operation + ' ' + request.resource.resource + '/' + (has(request.subResource) ? request.subResource : '')\"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: no-parent-writes}
+spec: {policyName: no-parent-writes, validationActions: [Deny]}
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bindings_evictions_token_requests_and_scales_are_admitted_as_their_own_kinds() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(&dir);
+    let k = Kubectl {
+        server: &server,
+        version: "1.33",
+        namespace: "subs".into(),
+    };
+    k.ok(&["create", "namespace", "subs"]);
+    for pod in ["p", "keep", "go"] {
+        k.ok_ns(&["run", pod, "--image=localhost/busybox:1.36"]);
+    }
+    k.ok_ns(&["create", "serviceaccount", "robot"]);
+    k.ok_ns(&[
+        "create",
+        "deployment",
+        "web",
+        "--image=localhost/busybox:1.36",
+    ]);
+    let policies = k.file("policies.yaml", SUBRESOURCE_POLICIES);
+    k.ok(&["apply", "-f", &policies]);
+
+    let binding = |pod: &str| {
+        k.file(
+            &format!("binding-{pod}.json"),
+            &json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod},
+                    "target": {"kind": "Node", "name": "n1"}})
+            .to_string(),
+        )
+    };
+    let (bind_p, bind_keep) = (binding("p"), binding("keep"));
+    k.ok(&[
+        "create",
+        "--raw",
+        "/api/v1/namespaces/subs/pods/p/binding",
+        "-f",
+        &bind_p,
+    ]);
+    assert_eq!(k.jsonpath("pod", "p", "{.spec.nodeName}"), "n1");
+    let refused = k.fails(&[
+        "create",
+        "--raw",
+        "/api/v1/namespaces/subs/pods/keep/binding",
+        "-f",
+        &bind_keep,
+    ]);
+    assert!(
+        refused.contains("binding /v1 Binding of keep refused"),
+        "{refused}"
+    );
+    assert_eq!(k.jsonpath("pod", "keep", "{.spec.nodeName}"), "");
+
+    let eviction = |pod: &str| {
+        k.file(
+            &format!("eviction-{pod}.json"),
+            &json!({"apiVersion": "policy/v1", "kind": "Eviction",
+                    "metadata": {"name": pod, "namespace": "subs"}})
+            .to_string(),
+        )
+    };
+    let evict_keep = eviction("keep");
+    let refused = k.fails(&[
+        "create",
+        "--raw",
+        "/api/v1/namespaces/subs/pods/keep/eviction",
+        "-f",
+        &evict_keep,
+    ]);
+    assert!(
+        refused.contains("eviction policy/v1 Eviction of keep refused"),
+        "{refused}"
+    );
+    let evict_go = eviction("go");
+    k.ok(&[
+        "create",
+        "--raw",
+        "/api/v1/namespaces/subs/pods/go/eviction",
+        "-f",
+        &evict_go,
+    ]);
+    let gone = k.fails_ns(&["get", "pod", "go"]);
+    assert!(gone.contains("not found"), "{gone}");
+
+    assert!(!k.ok_ns(&["create", "token", "robot"]).trim().is_empty());
+    let refused = k.fails_ns(&["create", "token", "robot", "--duration=10h"]);
+    assert!(
+        refused.contains("token authentication.k8s.io/v1 TokenRequest of robot refused"),
+        "{refused}"
+    );
+    // A scale is admitted as an autoscaling/v1 Scale, not as an update of its Deployment.
+    k.ok_ns(&["scale", "deployment", "web", "--replicas=2"]);
+    assert_eq!(k.jsonpath("deployment", "web", "{.spec.replicas}"), "2");
+    let refused = k.fails_ns(&["scale", "deployment", "web", "--replicas=5"]);
+    assert!(
+        refused.contains("scale autoscaling/v1 Scale of web refused"),
+        "{refused}"
+    );
+    // An exec is a CONNECT with its PodExecOptions, judged before any kubelet is sought.
+    let refused = k.fails_ns(&["exec", "keep", "--", "rm", "-rf", "/"]);
+    assert!(refused.contains("exec of rm in keep refused"), "{refused}");
+    let unbound = k.fails_ns(&["exec", "keep", "--", "ls"]);
+    assert!(
+        unbound.contains("does not have a host assigned") && !unbound.contains("refused"),
+        "{unbound}"
+    );
+    // A client's own writes of the parents still meet the policy.
+    let refused = k.fails_ns(&["label", "pod", "p", "x=y"]);
+    assert!(
+        refused.contains("not written here: UPDATE pods/"),
+        "{refused}"
+    );
+    let refused = k.fails_ns(&["label", "deployment", "web", "x=y"]);
+    assert!(
+        refused.contains("not written here: UPDATE deployments/"),
+        "{refused}"
     );
 }

@@ -131,6 +131,24 @@ async fn a_kubelet_reaches_only_what_its_pods_use() {
     plain.metadata.annotations =
         Some([("kubernetes.io/config.mirror".to_string(), "x".to_string())].into());
     assert_eq!(code(n1_pods.create(&pp, &plain).await), 200);
+    // It evicts pods bound to itself only (NodeRestriction judges the Eviction: the pod's
+    // delete that follows is not admitted again).
+    let evict = kube::api::EvictParams::default();
+    match n1_pods.evict("db", &evict).await {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 403);
+            assert!(
+                status
+                    .message
+                    .contains("node \"n1\" can only evict pods with spec.nodeName set to itself"),
+                "{}",
+                status.message
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(code(n1_pods.evict("extra", &evict).await), 200);
+    assert_eq!(code(pods.get("db").await), 200);
     // Its own Node, no other.
     let nodes: Api<Node> = Api::all(n1.clone());
     let node = |name: &str| -> Node {
@@ -156,7 +174,9 @@ async fn a_kubelet_reaches_only_what_its_pods_use() {
         ..Default::default()
     };
     pods.delete("web", &now).await.unwrap();
-    pods.delete("extra", &now).await.unwrap();
+    // The evicted pod may still be terminating (its grace period runs): end it now.
+    let ended = code(pods.delete("extra", &now).await);
+    assert!(ended == 200 || ended == 404, "{ended}");
     eventually("n1 loses the secret", async || {
         code(n1_secrets.get("mine").await) == 403
     })

@@ -198,6 +198,8 @@ mod tests {
             group: GROUP.into(),
             version: "v1".into(),
             kind: "CertificateSigningRequest".into(),
+            kind_group: GROUP.into(),
+            kind_version: "v1".into(),
             resource: RESOURCE.into(),
             subresource: Some(subresource.into()),
             namespace: None,

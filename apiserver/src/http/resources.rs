@@ -270,7 +270,11 @@ fn default_manager(headers: &HeaderMap) -> Option<String> {
     Some(prefix).filter(|prefix| !prefix.is_empty())
 }
 
-fn write_of(caller: &crate::authn::UserInfo, options: &WriteOptions, headers: &HeaderMap) -> Write {
+pub(super) fn write_of(
+    caller: &crate::authn::UserInfo,
+    options: &WriteOptions,
+    headers: &HeaderMap,
+) -> Write {
     Write {
         caller: registry::Caller {
             user: caller.name.clone(),
@@ -285,6 +289,7 @@ fn write_of(caller: &crate::authn::UserInfo, options: &WriteOptions, headers: &H
             .clone()
             .or_else(|| default_manager(headers)),
         managed_fields_set: false,
+        admitted: false,
     }
 }
 
@@ -461,10 +466,10 @@ async fn create(call: &Call<'_>, body: Body) -> Result<Response> {
     let registry = &call.state.registry;
     match (target.subresource, call.info.name.as_deref()) {
         (Some(Subresource::Binding), Some(name)) => {
-            registry
+            let warnings = registry
                 .bind_pod(resource, target.namespace, name, &input.object, &write)
                 .await?;
-            Ok(created_status())
+            Ok(created_status(&warnings))
         }
         (Some(Subresource::Eviction), Some(name)) => {
             let body = &input.object;
@@ -472,23 +477,35 @@ async fn create(call: &Call<'_>, body: Body) -> Result<Response> {
                 options: options_of(&Query::default(), &body["deleteOptions"])?,
                 dry_run: asks_dry_run(&body["deleteOptions"]),
             };
-            registry
+            let warnings = registry
                 .evict_pod(resource, target.namespace, name, body, asked, &write)
                 .await?;
-            Ok(created_status())
+            Ok(created_status(&warnings))
         }
         (Some(Subresource::Token), Some(name)) => {
+            let mut request = input.object;
+            crate::authn::service_account::default_token_request(&mut request);
+            let (_, warnings) = registry
+                .admit_subresource_create(
+                    resource,
+                    Subresource::Token,
+                    target.namespace,
+                    name,
+                    &mut request,
+                    &write,
+                )
+                .await?;
             let namespace = target.namespace.unwrap_or("");
             let answer = call
                 .state
                 .service_accounts
-                .issue(namespace, name, &input.object)
+                .issue(namespace, name, &request)
                 .await?;
             Ok(respond::encoded(
                 StatusCode::CREATED,
                 codec::Format::Json,
                 &answer,
-                &[],
+                &warnings,
             ))
         }
         (None, None) => {
@@ -505,9 +522,9 @@ async fn create(call: &Call<'_>, body: Body) -> Result<Response> {
 }
 
 /// The `Status` of a POST that made nothing to return (a binding, an eviction).
-fn created_status() -> Response {
+fn created_status(warnings: &[String]) -> Response {
     let status = serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});
-    respond::encoded(StatusCode::CREATED, codec::Format::Json, &status, &[])
+    respond::encoded(StatusCode::CREATED, codec::Format::Json, &status, warnings)
 }
 
 async fn update(call: &Call<'_>, body: Body) -> Result<Response> {

@@ -193,7 +193,7 @@ impl Registry {
         eviction: &Value,
         asked: Eviction,
         write: &Write,
-    ) -> Result<()> {
+    ) -> Result<Vec<String>> {
         match eviction.get("kind").and_then(Value::as_str) {
             None | Some("" | "Eviction") => {}
             Some(kind) => {
@@ -209,6 +209,17 @@ impl Registry {
         }
         let mut write = write.clone();
         write.dry_run |= asked.dry_run;
+        let mut eviction = eviction.clone();
+        let (write, warnings) = self
+            .admit_subresource_create(
+                pods,
+                Subresource::Eviction,
+                namespace,
+                name,
+                &mut eviction,
+                &write,
+            )
+            .await?;
         let options = asked.options;
         let version_given = options
             .preconditions
@@ -234,7 +245,7 @@ impl Registry {
                     tokio::time::sleep(RETRY_PAUSE).await;
                 }
                 Err(error) => return Err(error),
-                Ok(_) => return Ok(()),
+                Ok(_) => return Ok(warnings),
             }
         };
 
@@ -304,11 +315,11 @@ impl Registry {
                     return Err(still_processing(&budget_name))
                 }
                 Err(error) => return Err(error),
-                Ok(_) => return Ok(()),
+                Ok(_) => return Ok(warnings),
             }
         }
         self.delete(pods, namespace, name, &options, &write).await?;
-        Ok(())
+        Ok(warnings)
     }
 }
 

@@ -75,6 +75,7 @@ async fn evict(registry: &Registry, name: &str, asked: Eviction) -> Result<()> {
     registry
         .evict_pod(pods(), Some("d"), name, &eviction, asked, &write())
         .await
+        .map(drop)
 }
 
 async fn exists(registry: &Registry, name: &str) -> bool {

@@ -26,6 +26,7 @@ mod object_count;
 mod storable;
 mod store;
 mod strategy;
+mod subresource_admission;
 mod subresources;
 mod watch;
 
@@ -81,6 +82,10 @@ pub struct Write {
     /// The object's managedFields were computed already (server-side apply): do not track
     /// this write as an Update.
     pub managed_fields_set: bool,
+    /// Admission ran already, on the request's own object: the writes a subresource's create
+    /// makes (a Binding's update of its pod, an Eviction's delete) are not admitted again as
+    /// writes of the parent, as upstream's.
+    pub admitted: bool,
 }
 
 impl Write {
@@ -173,6 +178,17 @@ impl Registry {
     pub fn with_admission(mut self, admission: Arc<Chain>) -> Self {
         self.admission = admission;
         self
+    }
+
+    /// The chain that admits `write`: none when admission ran on the request's own object
+    /// already (see [`Write::admitted`]).
+    fn admission_for(&self, write: &Write) -> &Chain {
+        static NONE: Chain = Chain::new();
+        if write.admitted {
+            &NONE
+        } else {
+            &self.admission
+        }
     }
 
     /// Spawns request tasks on `tasks` and ends them when `shutdown` is cancelled (the server

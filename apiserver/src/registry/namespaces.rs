@@ -63,6 +63,7 @@ pub fn system_write() -> Write {
         field_validation: FieldValidation::Ignore,
         field_manager: Some("rudder-apiserver".into()),
         managed_fields_set: false,
+        admitted: false,
     }
 }
 

@@ -176,7 +176,7 @@ impl Registry {
             // and validation of the result, then validating admission.
             strategy::default(info, &mut object);
             let attributes = attributes(info, Operation::Create, None, write, &object);
-            self.admission
+            self.admission_for(write)
                 .mutate(&attributes, Some(&mut object), None)
                 .await?;
             strategy::prepare_for_create(info, &mut object);
@@ -184,7 +184,7 @@ impl Registry {
                 .prepare_for_create_by(&mut object, &write.caller);
             strategy::default(info, &mut object);
             strategy::validate(info, None, &object, None)?;
-            self.admission
+            self.admission_for(write)
                 .validate(&attributes, Some(&object), None)
                 .await?;
             let warnings: Vec<String> = warnings
@@ -382,13 +382,13 @@ impl Registry {
         }
         strategy::default(info, &mut object);
         let attributes = attributes(info, Operation::Update, subresource, write, &current);
-        self.admission
+        self.admission_for(write)
             .mutate(&attributes, Some(&mut object), Some(&current))
             .await?;
         strategy::prepare_for_update(info, subresource, &mut object, &current);
         strategy::default(info, &mut object);
         strategy::validate(info, subresource, &object, Some(&current))?;
-        self.admission
+        self.admission_for(write)
             .validate(&attributes, Some(&object), Some(&current))
             .await?;
         let warnings = attributes.warnings.take();
@@ -492,10 +492,10 @@ impl Registry {
             };
             check_preconditions(info, name, &current, revision, &options.preconditions)?;
             let attributes = attributes(info, Operation::Delete, None, write, &current);
-            self.admission
+            self.admission_for(write)
                 .mutate(&attributes, None, Some(&current))
                 .await?;
-            self.admission
+            self.admission_for(write)
                 .validate(&attributes, None, Some(&current))
                 .await?;
             let pending = pending_deletion(info, &current, options);
@@ -609,7 +609,7 @@ impl Registry {
 
 /// What admission plugins learn about a write of `object` (the body on create, the stored
 /// object on update and delete: names and namespaces do not change).
-fn attributes(
+pub(super) fn attributes(
     info: &ResourceInfo,
     operation: Operation,
     subresource: Option<Subresource>,
@@ -622,6 +622,8 @@ fn attributes(
         group: info.group.to_string(),
         version: info.version.to_string(),
         kind: info.kind.to_string(),
+        kind_group: info.group.to_string(),
+        kind_version: info.version.to_string(),
         resource: info.plural.to_string(),
         subresource: subresource.map(|sub| sub.as_str().to_string()),
         namespace,
@@ -999,6 +1001,7 @@ pub(super) mod tests {
             field_validation: FieldValidation::Strict,
             field_manager: None,
             managed_fields_set: false,
+            admitted: false,
         }
     }
 

@@ -5,11 +5,12 @@
 use serde_json::{json, Value};
 
 use super::object;
-use super::store::{check_preconditions, Preconditions};
+use super::store::{attributes, check_preconditions, Preconditions};
 use super::{Registry, Write, Written};
 use crate::catalog::{ResourceInfo, Subresource};
 use crate::error::{ApiError, Cause, Result};
 use crate::selectors::LabelSelector;
+use rudder_admission::Operation;
 
 /// A workload's `spec.selector` (a LabelSelector, or an RC's plain map) as the string form
 /// Scale's `status.selector` carries.
@@ -97,6 +98,47 @@ pub fn scale_of(parent: &Value) -> Value {
     })
 }
 
+/// A Scale's `spec.replicas`, after the checks upstream makes of a Scale body.
+fn checked_replicas(scale: &Value, name: &str) -> Result<i64> {
+    if !scale.is_object() {
+        return Err(ApiError::bad_request(
+            "the body of the request is not a Scale object",
+        ));
+    }
+    if let Some(kind) = scale.get("kind").and_then(Value::as_str) {
+        if kind != "Scale" {
+            return Err(ApiError::bad_request(format!(
+                "the kind in the data ({kind}) does not match the expected kind (Scale)"
+            )));
+        }
+    }
+    let body_name = object::name(scale);
+    if !body_name.is_empty() && body_name != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({name})"
+        )));
+    }
+    let replicas = match &scale["spec"]["replicas"] {
+        Value::Null => 0,
+        value => value.as_i64().ok_or_else(|| {
+            ApiError::bad_request("Scale in version \"v1\" cannot be handled as a Scale: spec.replicas must be an integer")
+        })?,
+    };
+    if replicas < 0 {
+        return Err(ApiError::invalid(
+            "Scale",
+            "autoscaling",
+            name,
+            vec![Cause {
+                reason: "FieldValueInvalid".into(),
+                message: format!("Invalid value: {replicas}: must be greater than or equal to 0"),
+                field: "spec.replicas".into(),
+            }],
+        ));
+    }
+    Ok(replicas)
+}
+
 impl Registry {
     /// GET of `/scale`.
     pub async fn get_scale(
@@ -109,7 +151,10 @@ impl Registry {
     }
 
     /// PUT or PATCH of `/scale`: `change` turns the current Scale into the wanted one; only its
-    /// `spec.replicas` reaches the parent.
+    /// `spec.replicas` reaches the parent. Admitted as upstream's: an UPDATE of the
+    /// `scale` subresource whose objects are the wanted and the current `autoscaling/v1 Scale`
+    /// (a mutating plugin may change the replicas), judged once on the state the change was
+    /// made from; the parent's write is not admitted again as an update of the parent.
     pub async fn update_scale<F>(
         &self,
         info: &ResourceInfo,
@@ -121,49 +166,39 @@ impl Registry {
     where
         F: FnMut(&Value) -> Result<Value> + Send,
     {
+        let current = scale_view(info, &self.get(info, namespace, name).await?);
+        let mut wanted = change(&current)?;
+        checked_replicas(&wanted, name)?;
+        let mut asked = attributes(
+            info,
+            Operation::Update,
+            Some(Subresource::Scale),
+            write,
+            &current,
+        );
+        (asked.kind, asked.kind_group, asked.kind_version) =
+            ("Scale".into(), "autoscaling".into(), "v1".into());
+        let chain = self.admission_for(write);
+        chain
+            .mutate(&asked, Some(&mut wanted), Some(&current))
+            .await?;
+        let replicas = checked_replicas(&wanted, name)?;
+        chain
+            .validate(&asked, Some(&wanted), Some(&current))
+            .await?;
+        let mut admitted = write.clone();
+        admitted.admitted = true;
         let written: Written = self
-            .update_with(info, namespace, name, None, write, |current| {
-                let scale = change(&scale_view(info, current))?;
-                if !scale.is_object() {
-                    return Err(ApiError::bad_request("the body of the request is not a Scale object"));
-                }
-                if let Some(kind) = scale.get("kind").and_then(Value::as_str) {
-                    if kind != "Scale" {
-                        return Err(ApiError::bad_request(format!(
-                            "the kind in the data ({kind}) does not match the expected kind (Scale)"
-                        )));
-                    }
-                }
-                let body_name = object::name(&scale);
-                if !body_name.is_empty() && body_name != name {
-                    return Err(ApiError::bad_request(format!(
-                        "the name of the object ({body_name}) does not match the name on the URL ({name})"
-                    )));
-                }
-                let replicas = match &scale["spec"]["replicas"] {
-                    Value::Null => 0,
-                    value => value.as_i64().ok_or_else(|| {
-                        ApiError::bad_request("Scale in version \"v1\" cannot be handled as a Scale: spec.replicas must be an integer")
-                    })?,
-                };
-                if replicas < 0 {
-                    return Err(ApiError::invalid(
-                        "Scale",
-                        "autoscaling",
-                        name,
-                        vec![Cause {
-                            reason: "FieldValueInvalid".into(),
-                            message: format!("Invalid value: {replicas}: must be greater than or equal to 0"),
-                            field: "spec.replicas".into(),
-                        }],
-                    ));
-                }
-                let mut next = current.clone();
+            .update_with(info, namespace, name, None, &admitted, |latest| {
+                // The change made again on the latest state says which revision the write is
+                // pinned to (a PUT's own, a PATCH's the latest); the replicas are admission's.
+                let again = change(&scale_view(info, latest))?;
+                let pinned = object::meta_str(&again, "resourceVersion");
+                let mut next = latest.clone();
                 match info.strategy.scale_paths() {
                     Some(paths) => set_at(&mut next, &paths.spec_replicas, replicas.into()),
                     None => next["spec"]["replicas"] = replicas.into(),
                 }
-                let pinned = object::meta_str(&scale, "resourceVersion");
                 object::set_meta(&mut next, "resourceVersion", pinned);
                 Ok(next)
             })
@@ -171,7 +206,8 @@ impl Registry {
         Ok(scale_view(info, &written.object))
     }
 
-    /// POST of `pods/<name>/binding`: assigns the pod to a node, once.
+    /// POST of `pods/<name>/binding`: assigns the pod to a node, once. Admitted as the
+    /// Binding it is; the pod's update is not admitted again. Returns admission's warnings.
     pub async fn bind_pod(
         &self,
         pods: &ResourceInfo,
@@ -179,7 +215,7 @@ impl Registry {
         name: &str,
         binding: &Value,
         write: &Write,
-    ) -> Result<()> {
+    ) -> Result<Vec<String>> {
         match binding.get("kind").and_then(Value::as_str) {
             None | Some("") | Some("Binding") => {}
             Some(kind) => {
@@ -194,6 +230,18 @@ impl Registry {
                 "name in URL does not match name in Binding object",
             ));
         }
+        let mut binding = binding.clone();
+        let (write, warnings) = self
+            .admit_subresource_create(
+                pods,
+                Subresource::Binding,
+                namespace,
+                name,
+                &mut binding,
+                write,
+            )
+            .await?;
+        let (binding, write) = (&binding, &write);
         if let Some(kind) = binding["target"]["kind"].as_str() {
             if !kind.is_empty() && kind != "Node" {
                 return Err(ApiError::invalid(
@@ -271,7 +319,7 @@ impl Registry {
             },
         )
         .await?;
-        Ok(())
+        Ok(warnings)
     }
 }
 
@@ -317,13 +365,78 @@ mod tests {
     }
 
     async fn registry() -> (Registry, tempfile::TempDir) {
+        registry_admitting(rudder_admission::Chain::new()).await
+    }
+
+    async fn registry_admitting(chain: rudder_admission::Chain) -> (Registry, tempfile::TempDir) {
         let dir = tempfile::tempdir().expect("temporary directory");
         let url = format!("sqlite://{}", dir.path().join("state.db").display());
         let storage = rudder_storage::open(&url).await.expect("sqlite opens");
         let cidr = super::super::allocator::Cidr::parse("10.96.0.0/12").expect("cidr");
         let allocators = super::super::Allocators::new(storage.clone(), cidr, 30000..=32767);
-        let chain = std::sync::Arc::new(rudder_admission::Chain::new());
-        (Registry::new(storage, chain, allocators), dir)
+        (
+            Registry::new(storage, std::sync::Arc::new(chain), allocators),
+            dir,
+        )
+    }
+
+    /// A validating plugin that writes down what it is asked about.
+    #[derive(Clone, Default)]
+    struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+    impl Recorder {
+        fn seen(&self) -> Vec<String> {
+            self.0.lock().expect("not poisoned").clone()
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl rudder_admission::Validating for Recorder {
+        fn name(&self) -> &'static str {
+            "Recorder"
+        }
+
+        async fn validate(
+            &self,
+            asked: &rudder_admission::Attributes,
+            object: Option<&Value>,
+            _old: Option<&Value>,
+        ) -> std::result::Result<(), rudder_admission::Denied> {
+            let object_kind = object.map_or("-", |object| object["kind"].as_str().unwrap_or(""));
+            self.0.lock().expect("not poisoned").push(format!(
+                "{:?} {}/{} {}/{} {} {}/{} {object_kind}",
+                asked.operation,
+                asked.resource,
+                asked.subresource.as_deref().unwrap_or(""),
+                asked.namespace.as_deref().unwrap_or(""),
+                asked.name,
+                asked.kind,
+                asked.kind_group,
+                asked.kind_version,
+            ));
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_binding_is_admitted_as_a_binding_and_its_pod_update_is_not_admitted() {
+        let recorder = Recorder::default();
+        let (registry, _dir) =
+            registry_admitting(rudder_admission::Chain::new().with_validating(recorder.clone()))
+                .await;
+        create_pod(&registry, json!({})).await;
+        let mut binding = to("n1");
+        binding["kind"] = json!("Binding");
+        bind(&registry, binding).await.expect("the pod binds");
+        assert_eq!(
+            recorder.seen(),
+            vec![
+                "Create pods/ d/p Pod /v1 Pod".to_string(),
+                "Create pods/binding d/p Binding /v1 Binding".to_string(),
+            ]
+        );
+        let bound = registry.get(pods(), Some("d"), "p").await.expect("the pod");
+        assert_eq!(bound["spec"]["nodeName"], "n1");
     }
 
     fn write() -> Write {
@@ -333,6 +446,7 @@ mod tests {
             field_validation: crate::request::FieldValidation::Strict,
             field_manager: None,
             managed_fields_set: false,
+            admitted: false,
         }
     }
 
@@ -357,7 +471,7 @@ mod tests {
             .object
     }
 
-    async fn bind(registry: &Registry, binding: Value) -> Result<()> {
+    async fn bind(registry: &Registry, binding: Value) -> Result<Vec<String>> {
         registry
             .bind_pod(pods(), Some("d"), "p", &binding, &write())
             .await

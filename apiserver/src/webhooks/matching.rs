@@ -122,6 +122,8 @@ mod tests {
             group: "apps".into(),
             version: "v1".into(),
             kind: "Deployment".into(),
+            kind_group: "apps".into(),
+            kind_version: "v1".into(),
             resource: resource.into(),
             subresource: subresource.map(str::to_string),
             namespace: namespace.map(str::to_string),

@@ -260,8 +260,8 @@ pub(super) fn review_of(
     old: Option<&Value>,
     uid: &str,
 ) -> Value {
-    let kind =
-        json!({"group": attributes.group, "version": attributes.version, "kind": attributes.kind});
+    let kind = json!({"group": attributes.kind_group, "version": attributes.kind_version,
+                      "kind": attributes.kind});
     let resource = json!({"group": attributes.group, "version": attributes.version, "resource": attributes.resource});
     let options_kind = match attributes.operation {
         Operation::Create => "CreateOptions",

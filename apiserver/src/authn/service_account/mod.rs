@@ -113,6 +113,20 @@ fn is_none(audiences: &Audiences) -> bool {
 }
 
 /// The user a ServiceAccount authenticates as.
+/// Fills a TokenRequest's defaults as upstream's decoding does (an hour when
+/// `spec.expirationSeconds` is unset), so admission sees what will be issued.
+pub fn default_token_request(request: &mut Value) {
+    if !request.is_object() {
+        return;
+    }
+    if !request["spec"].is_object() {
+        request["spec"] = json!({});
+    }
+    if request["spec"]["expirationSeconds"].is_null() {
+        request["spec"]["expirationSeconds"] = json!(DEFAULT_EXPIRATION_SECONDS);
+    }
+}
+
 pub fn user_name(namespace: &str, name: &str) -> String {
     format!("system:serviceaccount:{namespace}:{name}")
 }

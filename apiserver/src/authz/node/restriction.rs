@@ -1,17 +1,53 @@
 //! NodeRestriction, as upstream's admission plugin: what a kubelet writes must be its own — the
 //! Node and the Lease named after its node, mirror pods bound to its node (and no others
-//! created or deleted), and pod statuses of pods bound to its node.
+//! created or deleted), pod statuses of pods bound to its node, and evictions of those pods
+//! only (the Eviction is judged by the pod it names, read from the store: the pod's delete that
+//! follows is not admitted again).
 
 use async_trait::async_trait;
 use rudder_admission::{Attributes, Denied, Operation, Validating};
 use serde_json::Value;
 
 use super::{node_of, LEASE_NAMESPACE};
+use crate::registry::Registry;
 
 const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
-/// The plugin.
-pub struct NodeRestriction;
+/// The plugin, reading pods through a registry without admission.
+pub struct NodeRestriction {
+    pods: Registry,
+}
+
+impl NodeRestriction {
+    pub fn new(pods: Registry) -> Self {
+        Self { pods }
+    }
+
+    /// A node may evict only a pod bound to itself (a missing pod answers 404).
+    async fn check_eviction(&self, attributes: &Attributes, node: &str) -> Result<(), Denied> {
+        let Some(pods) = crate::catalog::find("", "v1", "pods") else {
+            return Err(Denied::forbidden("pods are not served"));
+        };
+        let pod = self
+            .pods
+            .get(pods, attributes.namespace.as_deref(), &attributes.name)
+            .await
+            .map_err(|error| match error.code {
+                404 => Denied {
+                    code: 404,
+                    reason: "NotFound",
+                    message: error.message,
+                },
+                _ => Denied::forbidden(error.message),
+            })?;
+        if bound_to(Some(&pod), node) {
+            return Ok(());
+        }
+        Err(Denied::forbidden(format!(
+            "node \"{node}\" can only evict pods with spec.nodeName set to itself"
+        )))
+    }
+}
 
 fn bound_to(pod: Option<&Value>, node: &str) -> bool {
     pod.is_some_and(|pod| pod["spec"]["nodeName"] == node)
@@ -64,6 +100,9 @@ impl Validating for NodeRestriction {
                 (Operation::Delete, None) if !bound_to(old, node) => Err(Denied::forbidden(
                     format!("node \"{node}\" can only delete pods with spec.nodeName set to itself"),
                 )),
+                (Operation::Create, Some("eviction")) => {
+                    self.check_eviction(attributes, node).await
+                }
                 (Operation::Update, Some("status")) if !bound_to(old, node) => {
                     Err(Denied::forbidden(format!(
                         "node \"{node}\" can only update pod status for pods with spec.nodeName set to itself"

@@ -38,7 +38,7 @@ use super::AppState;
 use crate::authn::UserInfo;
 use crate::catalog::Subresource;
 use crate::error::{ApiError, Result};
-use crate::request::{Query, RequestInfo, Verb};
+use crate::request::{Query, RequestInfo, Verb, WriteOptions};
 
 pub use client::{KubeletClient, KUBELET_CLIENT_USER};
 pub use endpoint::DEFAULT_KUBELET_PORT;
@@ -70,12 +70,34 @@ pub async fn serve(
         };
         resources::authorize(state, caller, &as_create, query)?;
     }
+    let name = info.name.as_deref().ok_or_else(ApiError::path_not_found)?;
+    if sub != Subresource::Log {
+        // As upstream's connect handler: admission sees a CONNECT with the options before
+        // anything is looked up or reached.
+        let proxied = connect::proxied_path(parts.uri.path());
+        let options = options::connect_options(sub, query, proxied)?;
+        let write = resources::write_of(
+            caller,
+            &WriteOptions::from_query(&Query::default())?,
+            &parts.headers,
+        );
+        state
+            .registry
+            .admit_connect(
+                info.resource,
+                sub,
+                info.namespace.as_deref(),
+                name,
+                options,
+                &write,
+            )
+            .await?;
+    }
     let Some(client) = state.kubelet_client.as_deref() else {
         return Err(ApiError::unavailable(
             "this apiserver has no client for kubelets",
         ));
     };
-    let name = info.name.as_deref().ok_or_else(ApiError::path_not_found)?;
     if sub == Subresource::Proxy {
         return connect::node_proxy(state, client, name, parts, body).await;
     }

@@ -2,6 +2,8 @@
 //! the streaming options: `stdin`/`stdout`/`stderr`/`tty` become `input`/`output`/`error`/
 //! `tty` (`=1`), `command` repeats, and port-forward's `ports` become one `port` list.
 
+use serde_json::{json, Value};
+
 use crate::catalog::Subresource;
 use crate::error::{ApiError, Result};
 use crate::request::Query;
@@ -133,4 +135,54 @@ fn ports(query: &Query) -> Result<Vec<String>> {
         }
     }
     Ok(ports)
+}
+
+/// The options object a CONNECT is admitted with, as upstream's parameter codec builds it
+/// from the query (booleans only when set, as their `omitempty` tags write them):
+/// PodExecOptions, PodAttachOptions, PodPortForwardOptions, or NodeProxyOptions with the path
+/// after `/proxy/` (`proxied`, still percent-encoded).
+pub fn connect_options(sub: Subresource, query: &Query, proxied: &str) -> Result<Value> {
+    let kind = match sub {
+        Subresource::Exec => "PodExecOptions",
+        Subresource::Attach => "PodAttachOptions",
+        Subresource::PortForward => "PodPortForwardOptions",
+        Subresource::Proxy => "NodeProxyOptions",
+        other => {
+            return Err(ApiError::internal(format!(
+                "{other} is not a connect subresource"
+            )))
+        }
+    };
+    let mut options = json!({"kind": kind, "apiVersion": "v1"});
+    match sub {
+        Subresource::Exec | Subresource::Attach => {
+            for flag in ["stdin", "stdout", "stderr", "tty"] {
+                if bool_param(query, flag) {
+                    options[flag] = json!(true);
+                }
+            }
+            if let Some(container) = query.get("container").filter(|c| !c.is_empty()) {
+                options["container"] = json!(container);
+            }
+            if sub == Subresource::Exec {
+                options["command"] = json!(query.all("command"));
+            }
+        }
+        Subresource::PortForward => {
+            let ports = ports(query)?
+                .iter()
+                .filter_map(|port| port.parse::<u16>().ok())
+                .collect::<Vec<_>>();
+            if !ports.is_empty() {
+                options["ports"] = json!(ports);
+            }
+        }
+        _ => {
+            let path = proxied.trim_start_matches('/');
+            if !path.is_empty() {
+                options["path"] = json!(path);
+            }
+        }
+    }
+    Ok(options)
 }

@@ -6,7 +6,7 @@ use serde_json::json;
 use super::connect::proxied_path;
 use super::endpoint::{container, Endpoint};
 use super::log::{kubelet_failure, LogOptions};
-use super::options::stream_target;
+use super::options::{connect_options, stream_target};
 use super::upgrade::{proxied_headers, upgrade_headers};
 use crate::catalog::Subresource;
 use crate::request::Query;
@@ -200,4 +200,39 @@ fn upgrades_forward_their_headers_and_never_the_clients_credentials() {
     assert_eq!(proxied.get("accept").unwrap(), "*/*");
     assert!(proxied.get("authorization").is_none());
     assert!(proxied.get("impersonate-user").is_none());
+}
+
+#[test]
+fn a_connect_is_admitted_with_the_options_upstream_decodes_from_its_query() {
+    let exec = Query::parse(Some(
+        "command=sh&command=-c&command=ls&container=app&stdin=true&stdout=1&stderr=false&tty",
+    ));
+    assert_eq!(
+        connect_options(Subresource::Exec, &exec, "").unwrap(),
+        json!({"kind": "PodExecOptions", "apiVersion": "v1", "stdin": true, "stdout": true,
+               "tty": true, "container": "app", "command": ["sh", "-c", "ls"]})
+    );
+    assert_eq!(
+        connect_options(Subresource::Attach, &Query::parse(Some("stdout=1")), "").unwrap(),
+        json!({"kind": "PodAttachOptions", "apiVersion": "v1", "stdout": true})
+    );
+    assert_eq!(
+        connect_options(
+            Subresource::PortForward,
+            &Query::parse(Some("ports=80,443")),
+            ""
+        )
+        .unwrap(),
+        json!({"kind": "PodPortForwardOptions", "apiVersion": "v1", "ports": [80, 443]})
+    );
+    assert_eq!(
+        connect_options(Subresource::Proxy, &Query::default(), "/metrics/cadvisor").unwrap(),
+        json!({"kind": "NodeProxyOptions", "apiVersion": "v1", "path": "metrics/cadvisor"})
+    );
+    assert_eq!(
+        connect_options(Subresource::PortForward, &Query::parse(Some("ports=x")), "")
+            .unwrap_err()
+            .code,
+        400
+    );
 }
