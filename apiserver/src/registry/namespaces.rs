@@ -345,7 +345,8 @@ fn missing() -> crate::error::ApiError {
 
 /// What admission plugins read of the store (namespaces, PriorityClasses): through a registry
 /// of its own that has no admission chain, so the chain that holds this does not hold itself
-/// (a cycle that would keep the store open for ever).
+/// (a cycle that would keep the store open for ever). Reads come from the watch cache where it
+/// holds the object, the store otherwise, as upstream's plugins read their listers.
 #[derive(Clone)]
 pub struct StoredNamespaces {
     registry: Registry,
@@ -364,9 +365,9 @@ impl NamespaceLookup for StoredNamespaces {
         let registry = &self.registry;
         let namespaces = catalog::find("", "v1", "namespaces")
             .ok_or_else(|| Denied::forbidden("namespaces are not served"))?;
-        match registry.read(namespaces, None, name).await {
+        match registry.read_recent(namespaces, None, name).await {
             Ok(None) => Ok(NamespaceState::Missing),
-            Ok(Some(stored)) if is_terminating(&stored.object) => Ok(NamespaceState::Terminating),
+            Ok(Some(namespace)) if is_terminating(&namespace) => Ok(NamespaceState::Terminating),
             Ok(Some(_)) => Ok(NamespaceState::Active),
             Err(error) => Err(error.into_denied(&format!("reading namespace {name}"))),
         }
@@ -389,9 +390,8 @@ impl rudder_admission::ObjectReader for StoredNamespaces {
             return Ok(None);
         };
         registry
-            .read(info, None, name)
+            .read_recent(info, None, name)
             .await
-            .map(|found| found.map(|stored| stored.object))
             .map_err(read_failed)
     }
 

@@ -147,6 +147,28 @@ impl Registry {
         self.get(info, namespace, name).await
     }
 
+    /// The object as the watch cache holds it (its cacher started if need be, once it has
+    /// listed), or the store's when the cache lacks it or is off: what upstream's admission
+    /// plugins read through their informers' listers, with a live lookup for what the lister
+    /// has not seen yet. May be a little behind the store; for checks, not for writes.
+    pub async fn read_recent(
+        &self,
+        info: &'static ResourceInfo,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Value>> {
+        if let Some(cache) = self.caches(info) {
+            let key = object_key(info, namespace, name);
+            if let Some(Some(object)) = cache.get(info, &key, 1).await {
+                return Ok(Some(object.value()));
+            }
+        }
+        Ok(self
+            .read(info, namespace, name)
+            .await?
+            .map(|stored| stored.object))
+    }
+
     /// POST: creates an object (a generated name is retried on collision).
     #[tracing::instrument(level = "debug", name = "registry.create", skip_all, fields(resource = info.plural, namespace))]
     pub async fn create(

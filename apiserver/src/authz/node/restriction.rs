@@ -1,8 +1,8 @@
 //! NodeRestriction, as upstream's admission plugin: what a kubelet writes must be its own — the
 //! Node and the Lease named after its node, mirror pods bound to its node (and no others
 //! created or deleted), pod statuses of pods bound to its node, and evictions of those pods
-//! only (the Eviction is judged by the pod it names, read from the store: the pod's delete that
-//! follows is not admitted again).
+//! only (the Eviction is judged by the pod it names, read as the watch cache holds it: the pod's
+//! delete that follows is not admitted again).
 
 use async_trait::async_trait;
 use rudder_admission::{Attributes, Denied, Operation, Validating};
@@ -30,15 +30,13 @@ impl NodeRestriction {
         };
         let pod = self
             .pods
-            .get(pods, attributes.namespace.as_deref(), &attributes.name)
+            .read_recent(pods, attributes.namespace.as_deref(), &attributes.name)
             .await
-            .map_err(|error| match error.code {
-                404 => Denied {
-                    code: 404,
-                    reason: "NotFound",
-                    message: error.message,
-                },
-                _ => Denied::forbidden(error.message),
+            .map_err(|error| Denied::forbidden(error.message))?
+            .ok_or_else(|| Denied {
+                code: 404,
+                reason: "NotFound",
+                message: format!("pods \"{}\" not found", attributes.name),
             })?;
         if bound_to(Some(&pod), node) {
             return Ok(());
