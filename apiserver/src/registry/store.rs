@@ -3,7 +3,7 @@
 //! delete-collection.
 
 use rudder_admission::{Attributes, Operation};
-use rudder_storage::{CreateOutcome, DeleteOutcome, UpdateOutcome};
+use rudder_storage::{CreateOutcome, DeleteOutcome, KeyRange, RangeRequest, UpdateOutcome};
 use serde_json::{json, Value};
 
 use super::keys::object_key;
@@ -328,6 +328,7 @@ impl Registry {
             };
             guess = false;
             let from_cache = cached.is_some();
+            let cached_revision = cached.as_ref().map(|stored| stored.mod_revision);
             let stored = match cached {
                 Some(stored) => stored,
                 None => match self.read(info, namespace, name).await? {
@@ -349,9 +350,29 @@ impl Registry {
                 .await;
             match attempt {
                 Ok(Some(written)) => return Ok(written),
-                // A lost race, or a verdict on the cache's copy: again, from the store.
-                Ok(None) => continue,
-                Err(_) if from_cache => continue,
+                // A lost race, or a no-op on the cache's copy: again, from the store.
+                Ok(None) => {
+                    tracing::debug!(
+                        resource = info.plural,
+                        name,
+                        from_cache,
+                        "an update is made again on the store's object"
+                    );
+                }
+                // A refusal of the cache's copy stands when that copy is the store's current
+                // object (its revision is read without the value: no decode, no second
+                // attempt); otherwise it is judged again on the store's object.
+                Err(error) if from_cache => {
+                    let key = object_key(info, namespace, name);
+                    if self.current_revision(&key).await? == cached_revision {
+                        return Err(error);
+                    }
+                    tracing::debug!(
+                        resource = info.plural,
+                        name,
+                        "the cache's copy was behind: a refused update is judged again"
+                    );
+                }
                 Err(error) => return Err(error),
             }
         }
@@ -360,6 +381,15 @@ impl Registry {
             name,
             "too many concurrent updates; please retry",
         ))
+    }
+
+    /// The revision of the object under `key` in the store now (its value left unread),
+    /// `None` when there is none.
+    async fn current_revision(&self, key: &[u8]) -> Result<Option<i64>> {
+        let mut request = RangeRequest::new(KeyRange::key(key.to_vec()));
+        request.keys_only = true;
+        let listed = self.storage.range(request).await?;
+        Ok(listed.kvs.first().map(|kv| kv.mod_revision))
     }
 
     /// The watch cache's copy of an object, if it has one (never waiting for the cache).
@@ -426,8 +456,14 @@ impl Registry {
         if !surely_changed
             && (object == unchanged || storable::alike(&self.values, info, &object, &unchanged))
         {
-            if from_cache {
-                // Perhaps only the cache's copy is behind: no change is the store's to say.
+            let key = object_key(info, namespace, name);
+            if from_cache && self.current_revision(&key).await? != Some(revision) {
+                // Only the cache's copy was unchanged: judged again on the store's object.
+                tracing::debug!(
+                    resource = info.plural,
+                    name,
+                    "the cache's copy was behind: a no-op update is judged again"
+                );
                 return Ok(None);
             }
             return Ok(Some(Written {

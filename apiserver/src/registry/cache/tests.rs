@@ -605,3 +605,52 @@ async fn an_update_from_a_stale_cached_copy_is_judged_again_on_the_store() {
         "the cache's copy, then the store's: {seen:?}"
     );
 }
+
+#[tokio::test]
+async fn a_verdict_on_a_current_cached_copy_stands_without_a_second_attempt() {
+    let (registry, _storage, _dir) = cached_registry().await;
+    let configmaps = catalog::find("", "v1", "configmaps").expect("served");
+    create(&registry, "a").await;
+    let created = registry
+        .get(configmaps, Some("default"), "a")
+        .await
+        .expect("found");
+    let revision = created["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("a resourceVersion")
+        .to_string();
+    registry
+        .get_at(configmaps, Some("default"), "a", Some(&revision))
+        .await
+        .expect("the cache has caught up with the create");
+    let mut attempts = 0;
+    let refused = registry
+        .update_with(configmaps, Some("default"), "a", None, &write(), |_| {
+            attempts += 1;
+            Err(crate::error::ApiError::bad_request("refused"))
+        })
+        .await
+        .expect_err("refused");
+    assert_eq!((refused.code, attempts), (400, 1), "judged once");
+    let mut attempts = 0;
+    let unchanged = registry
+        .update_with(
+            configmaps,
+            Some("default"),
+            "a",
+            None,
+            &write(),
+            |current| {
+                attempts += 1;
+                Ok(current.clone())
+            },
+        )
+        .await
+        .expect("a no-op");
+    assert_eq!(attempts, 1, "judged once");
+    assert_eq!(
+        unchanged.object["metadata"]["resourceVersion"],
+        json!(revision),
+        "nothing written"
+    );
+}
