@@ -2,6 +2,7 @@
 //! profile's configuration (enabled/disabled per point, weights, arguments).
 
 pub mod inter_pod_affinity;
+pub mod match_counts;
 pub mod resources_fit;
 pub mod simple;
 pub mod topology_spread;
@@ -85,6 +86,7 @@ fn build(name: &str, args: &Value, profile: &str) -> Result<Arc<dyn Plugin>, Con
         "PodTopologySpread" => Arc::new(topology_spread::PodTopologySpread {
             args: topology_spread::SpreadArgs::parse(args)
                 .map_err(|m| args_error(profile, name, m))?,
+            ..Default::default()
         }),
         "InterPodAffinity" => {
             let weight = args["hardPodAffinityWeight"].as_i64().unwrap_or(1);

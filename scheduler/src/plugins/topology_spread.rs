@@ -27,6 +27,7 @@ use crate::framework::{
     ClusterEvent, Ctx, CycleState, Plugin, Point, Status, MAX_NODE_SCORE, POD_AND_NODE_EVENTS,
 };
 use crate::node_info::{NodeInfo, PodInfo};
+use crate::plugins::match_counts::{MatchCounts, Remembered};
 
 /// One constraint, compiled.
 #[derive(Clone, Debug)]
@@ -168,6 +169,14 @@ impl Constraint {
     }
 }
 
+/// How many of `node`'s pods `c` counts for `incoming`.
+fn count_matching(incoming: &PodInfo, c: &Constraint, node: &NodeInfo) -> i64 {
+    node.pods
+        .iter()
+        .filter(|p| c.counts_pod(incoming, p))
+        .count() as i64
+}
+
 /// Whether `pod` names spread constraints of its own.
 fn own_constraints(pod: &PodInfo) -> bool {
     pod.pod
@@ -252,6 +261,14 @@ struct FilterState {
 #[derive(Default)]
 pub struct PodTopologySpread {
     pub args: SpreadArgs,
+    /// Matching pods per node and selector, reused while a node does not change.
+    pub counts: MatchCounts,
+}
+
+/// What [`MatchCounts`] remembers a constraint's counts under: the incoming pod's namespace
+/// and the selector's whole content (what [`Constraint::counts_pod`] looks at).
+fn counts_key(pod: &PodInfo, c: &Constraint) -> String {
+    format!("{}\0{:?}", pod.namespace, c.selector)
 }
 
 impl PodTopologySpread {
@@ -301,18 +318,25 @@ impl Plugin for PodTopologySpread {
             return Status::skip();
         }
         let mut counts = vec![HashMap::<String, i64>::new(); constraints.len()];
+        let mut remembered: Vec<Remembered> = constraints
+            .iter()
+            .map(|c| self.counts.take(&counts_key(ctx.pod, c)))
+            .collect();
         for node in &ctx.snapshot.nodes {
             if !node_counts(&constraints, ctx.pod, node) {
                 continue;
             }
-            for (c, counts) in constraints.iter().zip(counts.iter_mut()) {
-                let matching = node
-                    .pods
-                    .iter()
-                    .filter(|p| c.counts_pod(ctx.pod, p))
-                    .count() as i64;
+            for ((c, counts), remembered) in constraints
+                .iter()
+                .zip(counts.iter_mut())
+                .zip(remembered.iter_mut())
+            {
+                let matching = remembered.on(node, || count_matching(ctx.pod, c, node));
                 *counts.entry(node.labels[&c.key].clone()).or_default() += matching;
             }
+        }
+        for remembered in remembered {
+            self.counts.keep(remembered);
         }
         state.write(
             self.name(),
@@ -401,6 +425,12 @@ impl Plugin for PodTopologySpread {
             })
             .collect();
         let mut matching: Vec<Option<i64>> = vec![None; constraints.len()];
+        // One remembered set per distinct selector (the defaults' two share theirs).
+        let mut remembered: Vec<Option<Remembered>> = constraints
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (same_as[i] == i).then(|| self.counts.take(&counts_key(ctx.pod, c))))
+            .collect();
         for node in &ctx.snapshot.nodes {
             if (require_all && !node_has_keys(&constraints, node))
                 || !node_included(&constraints, ctx.pod, node)
@@ -415,20 +445,24 @@ impl Plugin for PodTopologySpread {
                 if !domains[i].contains(value) {
                     continue;
                 }
-                let count = match matching[same_as[i]] {
-                    Some(count) => count,
-                    None => {
-                        let count = node
-                            .pods
-                            .iter()
-                            .filter(|p| c.counts_pod(ctx.pod, p))
-                            .count() as i64;
+                let count = match (matching[same_as[i]], &mut remembered[same_as[i]]) {
+                    (Some(count), _) => count,
+                    (None, remembered) => {
+                        let count = match remembered {
+                            Some(remembered) => {
+                                remembered.on(node, || count_matching(ctx.pod, c, node))
+                            }
+                            None => count_matching(ctx.pod, c, node),
+                        };
                         matching[same_as[i]] = Some(count);
                         count
                     }
                 };
                 *counts[i].entry(value.clone()).or_default() += count;
             }
+        }
+        for remembered in remembered.into_iter().flatten() {
+            self.counts.keep(remembered);
         }
         state.write(
             self.name(),
