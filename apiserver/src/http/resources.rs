@@ -493,6 +493,7 @@ async fn create(call: &Call<'_>, body: Body) -> Result<Response> {
                     name,
                     &mut request,
                     &write,
+                    |_| Ok(()),
                 )
                 .await?;
             let namespace = target.namespace.unwrap_or("");

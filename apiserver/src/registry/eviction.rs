@@ -218,6 +218,7 @@ impl Registry {
                 name,
                 &mut eviction,
                 &write,
+                |_| Ok(()),
             )
             .await?;
         let options = asked.options;

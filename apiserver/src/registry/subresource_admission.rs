@@ -18,9 +18,11 @@ use crate::error::{ApiError, Result};
 use rudder_admission::Operation;
 
 impl Registry {
-    /// Runs the mutating plugins (which may change `object`), then the validating ones, on
-    /// the create of `subresource` of `namespace/name`. Returns the write the registry's own
-    /// writes for it use (marked admitted) and the plugins' warnings for the client.
+    /// Runs the mutating plugins (which may change `object`), then `validate` (the kind's own
+    /// checks, on what the mutating plugins made), then the validating plugins, on the create
+    /// of `subresource` of `namespace/name`. Returns the write the registry's own writes for it
+    /// use (marked admitted) and the plugins' warnings for the client.
+    #[allow(clippy::too_many_arguments)]
     pub async fn admit_subresource_create(
         &self,
         info: &ResourceInfo,
@@ -29,16 +31,16 @@ impl Registry {
         name: &str,
         object: &mut Value,
         write: &Write,
+        validate: impl FnOnce(&Value) -> Result<()> + Send,
     ) -> Result<(Write, Vec<String>)> {
         let warnings = self
             .admit_subresource(
                 Operation::Create,
-                info,
-                subresource,
-                namespace,
-                name,
+                (info, subresource),
+                (namespace, name),
                 object,
                 write,
+                validate,
             )
             .await?;
         let mut admitted = write.clone();
@@ -60,27 +62,24 @@ impl Registry {
     ) -> Result<()> {
         self.admit_subresource(
             Operation::Connect,
-            info,
-            subresource,
-            namespace,
-            name,
+            (info, subresource),
+            (namespace, name),
             &mut options,
             write,
+            |_| Ok(()),
         )
         .await
         .map(drop)
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn admit_subresource(
         &self,
         operation: Operation,
-        info: &ResourceInfo,
-        subresource: Subresource,
-        namespace: Option<&str>,
-        name: &str,
+        (info, subresource): (&ResourceInfo, Subresource),
+        (namespace, name): (Option<&str>, &str),
         object: &mut Value,
         write: &Write,
+        validate: impl FnOnce(&Value) -> Result<()> + Send,
     ) -> Result<Vec<String>> {
         let sub = info.subresource(subresource).ok_or_else(|| {
             ApiError::internal(format!(
@@ -97,6 +96,7 @@ impl Registry {
         asked.name = name.to_string();
         let chain = self.admission_for(write);
         chain.mutate(&asked, Some(object), None).await?;
+        validate(object)?;
         chain.validate(&asked, Some(object), None).await?;
         Ok(asked.warnings.take())
     }

@@ -239,36 +239,11 @@ impl Registry {
                 name,
                 &mut binding,
                 write,
+                |binding| check_binding_target(binding, name),
             )
             .await?;
         let (binding, write) = (&binding, &write);
-        if let Some(kind) = binding["target"]["kind"].as_str() {
-            if !kind.is_empty() && kind != "Node" {
-                return Err(ApiError::invalid(
-                    "Binding",
-                    "",
-                    name,
-                    vec![Cause {
-                        reason: "FieldValueNotSupported".into(),
-                        message: format!("Unsupported value: \"{kind}\": supported values: \"Node\", \"<empty>\""),
-                        field: "target.kind".into(),
-                    }],
-                ));
-            }
-        }
         let target = binding["target"]["name"].as_str().unwrap_or("").to_string();
-        if target.is_empty() {
-            return Err(ApiError::invalid(
-                "Binding",
-                "",
-                name,
-                vec![Cause {
-                    reason: "FieldValueRequired".into(),
-                    message: "Required value".into(),
-                    field: "target.name".into(),
-                }],
-            ));
-        }
         let preconditions = Preconditions {
             uid: Some(object::meta_str(binding, "uid").to_string()),
             resource_version: Some(object::meta_str(binding, "resourceVersion").to_string()),
@@ -321,6 +296,40 @@ impl Registry {
         .await?;
         Ok(warnings)
     }
+}
+
+/// A Binding's own validation, as upstream's: the target is a Node (or unnamed kind) and
+/// has a name.
+fn check_binding_target(binding: &Value, name: &str) -> Result<()> {
+    if let Some(kind) = binding["target"]["kind"].as_str() {
+        if !kind.is_empty() && kind != "Node" {
+            return Err(ApiError::invalid(
+                "Binding",
+                "",
+                name,
+                vec![Cause {
+                    reason: "FieldValueNotSupported".into(),
+                    message: format!(
+                        "Unsupported value: \"{kind}\": supported values: \"Node\", \"<empty>\""
+                    ),
+                    field: "target.kind".into(),
+                }],
+            ));
+        }
+    }
+    if binding["target"]["name"].as_str().unwrap_or("").is_empty() {
+        return Err(ApiError::invalid(
+            "Binding",
+            "",
+            name,
+            vec![Cause {
+                reason: "FieldValueRequired".into(),
+                message: "Required value".into(),
+                field: "target.name".into(),
+            }],
+        ));
+    }
+    Ok(())
 }
 
 /// Sets the PodScheduled condition True, as upstream's `UpdatePodCondition` does: the
@@ -437,6 +446,23 @@ mod tests {
         );
         let bound = registry.get(pods(), Some("d"), "p").await.expect("the pod");
         assert_eq!(bound["spec"]["nodeName"], "n1");
+    }
+
+    #[tokio::test]
+    async fn an_invalid_binding_is_refused_before_the_validating_plugins_see_it() {
+        let recorder = Recorder::default();
+        let (registry, _dir) =
+            registry_admitting(rudder_admission::Chain::new().with_validating(recorder.clone()))
+                .await;
+        create_pod(&registry, json!({})).await;
+        let refused = bind(&registry, json!({"metadata": {"name": "p"}, "target": {}}))
+            .await
+            .expect_err("no target");
+        assert_eq!(refused.code, 422, "{refused:?}");
+        assert_eq!(
+            recorder.seen(),
+            vec!["Create pods/ d/p Pod /v1 Pod".to_string()]
+        );
     }
 
     fn write() -> Write {
