@@ -168,6 +168,10 @@ impl Values {
         if self.media == MediaType::Json || !format::has_protobuf_schema(candidate) {
             return candidate == stored;
         }
+        // Most writes change something the encoding keeps: found on the way, no round trip.
+        if surely_differs(candidate, stored) {
+            return false;
+        }
         format::serialize(self.media, candidate)
             .ok()
             .and_then(|bytes| format::deserialize(&bytes).ok())
@@ -190,6 +194,43 @@ impl Values {
         let info = catalog::by_storage_key(key)?;
         Some(self.decode(info, key, bytes))
     }
+}
+
+/// Whether `candidate` differs from `stored` (an object read back from protobuf, so every field
+/// it holds is one the schema has) in a way the protobuf round trip cannot erase: at a place
+/// both hold, two numbers of different value, two different booleans, two different strings
+/// neither of which may be a time (the encoding rewrites times in one form), or two lists of
+/// different lengths (repeated fields keep every item). A field only one side holds is not
+/// taken as a difference (the encoding drops zero values and unknown fields), nor are values
+/// of different JSON types (a Quantity or IntOrString may be written as a number and read
+/// back as a string): those are left to the round trip.
+fn surely_differs(candidate: &Value, stored: &Value) -> bool {
+    match (candidate, stored) {
+        (Value::Object(left), Value::Object(right)) => left.iter().any(|(key, value)| {
+            right
+                .get(key)
+                .is_some_and(|other| surely_differs(value, other))
+        }),
+        (Value::Array(left), Value::Array(right)) => {
+            left.len() != right.len()
+                || left
+                    .iter()
+                    .zip(right)
+                    .any(|(value, other)| surely_differs(value, other))
+        }
+        (Value::String(left), Value::String(right)) => {
+            left != right && !may_be_time(left) && !may_be_time(right)
+        }
+        (Value::Number(left), Value::Number(right)) => left.as_f64() != right.as_f64(),
+        (Value::Bool(left), Value::Bool(right)) => left != right,
+        _ => false,
+    }
+}
+
+/// Whether `text` may be an RFC 3339 time (`2006-01-02T15:04:05…`).
+fn may_be_time(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.len() >= 19 && bytes[4] == b'-' && bytes[7] == b'-' && matches!(bytes[10], b'T' | b't')
 }
 
 /// Reads one resource's values with the transformers in force when it was made.
@@ -217,6 +258,34 @@ impl Reader {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn only_differences_the_encoding_keeps_are_sure() {
+        let sure = |a: Value, b: Value| surely_differs(&a, &b);
+        assert!(sure(json!({"a": 1}), json!({"a": 2})));
+        assert!(sure(json!({"a": "x"}), json!({"a": "y"})));
+        assert!(sure(json!({"a": true}), json!({"a": false})));
+        assert!(sure(json!({"a": [1]}), json!({"a": [1, 2]})));
+        assert!(sure(json!({"a": [{"b": "x"}]}), json!({"a": [{"b": "y"}]})));
+        assert!(!sure(json!({"a": 1}), json!({"a": 1.0})), "one value");
+        assert!(
+            !sure(json!({"a": 0}), json!({})),
+            "a zero the encoding drops"
+        );
+        assert!(
+            !sure(json!({"a": "x"}), json!({})),
+            "perhaps a field the schema lacks"
+        );
+        assert!(
+            !sure(json!({"a": 2}), json!({"a": "2"})),
+            "a quantity read back"
+        );
+        assert!(!sure(
+            json!({"t": "2026-12-08T10:00:00.000Z"}),
+            json!({"t": "2026-12-08T10:00:00Z"})
+        ));
+        assert!(!sure(json!({"a": 1}), json!({"a": 1})));
+    }
 
     #[test]
     fn secrets_are_sealed_and_other_kinds_are_not_under_a_secrets_rule() {
@@ -272,8 +341,11 @@ resources:
                 "template": {"metadata": {"labels": {"a": "1"}},
                     "spec": {"containers": [{"name": "c", "image": "busybox"}]}}},
             "status": {"observedGeneration": 0, "replicas": 0}});
-        let bytes = values.encode(deployments, key, &written).expect("encodes");
-        let stored = values.decode(deployments, key, &bytes).expect("decodes");
+        let read_back = |object: &Value| {
+            let bytes = values.encode(deployments, key, object).expect("encodes");
+            values.decode(deployments, key, &bytes).expect("decodes")
+        };
+        let stored = read_back(&written);
         // Read back, the zero counts are gone; writing them again changes nothing.
         assert!(stored["status"].get("observedGeneration").is_none());
         assert!(values.store_alike(&written, &stored));
@@ -284,6 +356,33 @@ resources:
         let mut relabelled = written.clone();
         relabelled["metadata"]["labels"]["b"] = json!("3");
         assert!(!values.store_alike(&relabelled, &stored));
+        // Times written in another form are the same once stored.
+        let mut stamped = written.clone();
+        stamped["metadata"]["creationTimestamp"] = json!("2026-12-08T10:00:00Z");
+        let stamped_stored = read_back(&stamped);
+        let mut restamped = stamped.clone();
+        restamped["metadata"]["creationTimestamp"] = json!("2026-12-08T10:00:00.000+00:00");
+        assert!(values.store_alike(&restamped, &stamped_stored));
+        // A quantity written as a number reads back as a string: the same.
+        let mut limited = written.clone();
+        limited["spec"]["template"]["spec"]["containers"][0]["resources"] =
+            json!({"limits": {"cpu": "2"}});
+        let limited_stored = read_back(&limited);
+        let mut numeric = limited.clone();
+        numeric["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] =
+            json!(2);
+        assert!(values.store_alike(&numeric, &limited_stored));
+        // Lists of another length, other booleans: changed.
+        let mut more = written.clone();
+        more["spec"]["template"]["spec"]["containers"] = json!([{"name": "c", "image": "busybox"},
+            {"name": "d", "image": "busybox"}]);
+        assert!(!values.store_alike(&more, &stored));
+        let mut paused = stored.clone();
+        paused["spec"]["paused"] = json!(true);
+        let paused_stored = read_back(&paused);
+        let mut resumed = paused_stored.clone();
+        resumed["spec"]["paused"] = json!(false);
+        assert!(!values.store_alike(&resumed, &paused_stored));
         // Stored as JSON, objects compare as they are.
         let json_values = Values::new(MediaType::Json, Arc::new(Current::none()));
         assert!(!json_values.store_alike(&written, &stored));
