@@ -207,8 +207,10 @@ impl Registry {
                 "name in URL does not match name in Eviction object",
             ));
         }
-        let mut write = write.clone();
-        write.dry_run |= asked.dry_run;
+        // The budget's status is written as upstream's eviction writes it, through the API
+        // (admitted as an update of `poddisruptionbudgets/status`); the pod's delete is not.
+        let mut budget_write = write.clone();
+        budget_write.dry_run |= asked.dry_run;
         let mut eviction = eviction.clone();
         let (write, warnings) = self
             .admit_subresource_create(
@@ -217,7 +219,7 @@ impl Registry {
                 namespace,
                 name,
                 &mut eviction,
-                &write,
+                &budget_write,
                 |_| Ok(()),
             )
             .await?;
@@ -292,7 +294,7 @@ impl Registry {
                     namespace,
                     &budget_name,
                     Some(Subresource::Status),
-                    &write,
+                    &budget_write,
                     |latest| {
                         let mut next = spend(latest, name, dry_run)?;
                         // Unpinned: a lost race is retried on the budget's newer state.
