@@ -38,7 +38,7 @@ impl Registry {
                 Operation::Create,
                 (info, subresource),
                 (namespace, name),
-                object,
+                (object, None),
                 write,
                 validate,
             )
@@ -64,7 +64,7 @@ impl Registry {
             Operation::Connect,
             (info, subresource),
             (namespace, name),
-            &mut options,
+            (&mut options, None),
             write,
             |_| Ok(()),
         )
@@ -72,12 +72,15 @@ impl Registry {
         .map(drop)
     }
 
-    async fn admit_subresource(
+    /// Admits `operation` on `subresource` of `namespace/name` as the subresource's own kind:
+    /// the mutating plugins (which may change `object`; `old` is the current one, for an
+    /// update), `validate`, then the validating plugins. Returns the plugins' warnings.
+    pub(super) async fn admit_subresource(
         &self,
         operation: Operation,
         (info, subresource): (&ResourceInfo, Subresource),
         (namespace, name): (Option<&str>, &str),
-        object: &mut Value,
+        (object, old): (&mut Value, Option<&Value>),
         write: &Write,
         validate: impl FnOnce(&Value) -> Result<()> + Send,
     ) -> Result<Vec<String>> {
@@ -95,9 +98,9 @@ impl Registry {
         asked.namespace = namespace.map(str::to_string);
         asked.name = name.to_string();
         let chain = self.admission_for(write);
-        chain.mutate(&asked, Some(object), None).await?;
+        chain.mutate(&asked, Some(object), old).await?;
         validate(object)?;
-        chain.validate(&asked, Some(object), None).await?;
+        chain.validate(&asked, Some(object), old).await?;
         Ok(asked.warnings.take())
     }
 }

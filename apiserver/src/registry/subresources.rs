@@ -5,7 +5,7 @@
 use serde_json::{json, Value};
 
 use super::object;
-use super::store::{attributes, check_preconditions, Preconditions};
+use super::store::{check_preconditions, Preconditions};
 use super::{Registry, Write, Written};
 use crate::catalog::{ResourceInfo, Subresource};
 use crate::error::{ApiError, Cause, Result};
@@ -169,23 +169,16 @@ impl Registry {
         let current = scale_view(info, &self.get(info, namespace, name).await?);
         let mut wanted = change(&current)?;
         checked_replicas(&wanted, name)?;
-        let mut asked = attributes(
-            info,
+        self.admit_subresource(
             Operation::Update,
-            Some(Subresource::Scale),
+            (info, Subresource::Scale),
+            (namespace, name),
+            (&mut wanted, Some(&current)),
             write,
-            &current,
-        );
-        (asked.kind, asked.kind_group, asked.kind_version) =
-            ("Scale".into(), "autoscaling".into(), "v1".into());
-        let chain = self.admission_for(write);
-        chain
-            .mutate(&asked, Some(&mut wanted), Some(&current))
-            .await?;
+            |scale| checked_replicas(scale, name).map(drop),
+        )
+        .await?;
         let replicas = checked_replicas(&wanted, name)?;
-        chain
-            .validate(&asked, Some(&wanted), Some(&current))
-            .await?;
         let mut admitted = write.clone();
         admitted.admitted = true;
         let written: Written = self
